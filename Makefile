@@ -1,0 +1,31 @@
+# The two commands: `make demo` and `make test` (each sets up .venv first when needed).
+PYTHON_311 ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.setup-done
+
+.PHONY: setup demo test clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt setup.py
+	test -x $(PY) || $(PYTHON_311) -m venv $(VENV)
+	$(PY) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required, got " + sys.version'
+	$(PIP) install -q --upgrade pip
+	# torch first: on a CPU machine 2.13.0 is the local CPU wheel; a CUDA torch already here is kept
+	$(PY) -c 'import torch' 2>/dev/null || $(PIP) install -q torch==2.13.0
+	$(PIP) install -q -r requirements.txt
+	$(PY) -c 'import fairseq' 2>/dev/null || $(PIP) install -q --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
+	$(PIP) install -q --no-deps -e .
+	$(PY) -c 'import fairseq, rfa_doc_mt; print("setup ok: fairseq", fairseq.__version__)'
+	touch $(STAMP)
+
+demo: setup
+	bash scripts/demo.sh
+
+test: setup
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) work

@@ -1,0 +1,258 @@
+"""Sliding windows of L sentences over documents (paper 000, §4 "Data Processing").
+
+Every sentence of a document is the *current* sentence of one window that also holds the
+``context_size`` = L-1 sentences before it (fewer at the start of a document). The
+sentences of a window are joined by a separator token; the window ends with EOS::
+
+    context_1 <sep> context_2 <sep> current </s>
+
+In fixed-window mode (corpora whose documents already are L-sentence windows, such as
+Voita et al.'s OpenSubtitles), each document gives one window: its last ``context_size + 1``
+sentences, the current sentence being its last one.
+"""
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+import numpy as np
+import torch
+from fairseq.data import FairseqDataset, data_utils
+
+from .io import DataError, Document, document_offsets
+
+
+@dataclass(frozen=True)
+class WindowIndex:
+    """Which sentences make each window. All arrays have one entry per window."""
+
+    first_sentence: np.ndarray  # index of the window's first sentence in the split
+    current_sentence: np.ndarray  # index of its last (current) sentence
+    document: np.ndarray  # document index
+    position: np.ndarray  # position of the current sentence in its document (0-based)
+
+    def __len__(self) -> int:
+        return len(self.current_sentence)
+
+
+def build_window_index(documents: Sequence[Document], context_size: int, fixed_window: bool = False) -> WindowIndex:
+    """Stride-one windows (or one window per document when ``fixed_window``)."""
+    if context_size < 0:
+        raise ValueError(f"context_size must be >= 0, got {context_size}")
+    offsets = document_offsets(documents)
+    counts = np.array([d.num_sentences for d in documents], dtype=np.int64)
+    starts = np.array(offsets[:-1], dtype=np.int64)
+    if fixed_window:
+        current = starts + counts - 1
+        document = np.arange(len(documents), dtype=np.int64)
+        position = counts - 1
+    else:
+        document = np.repeat(np.arange(len(documents), dtype=np.int64), counts)
+        current = np.arange(offsets[-1], dtype=np.int64)
+        position = current - starts[document]
+    first = np.maximum(current - context_size, starts[document])
+    return WindowIndex(first, current, document, position)
+
+
+def join_window(sentences: Sequence[torch.Tensor], separator: int, eos: int) -> torch.Tensor:
+    """Concatenate EOS-terminated sentences, replacing every EOS but the last by ``separator``."""
+    parts = []
+    for k, sentence in enumerate(sentences):
+        if len(sentence) == 0 or sentence[-1].item() != eos:
+            raise ValueError("every sentence must end with EOS")
+        if k < len(sentences) - 1:
+            sentence = sentence.clone()
+            sentence[-1] = separator
+        parts.append(sentence)
+    return torch.cat(parts)
+
+
+def current_sentence_mask(tokens: torch.Tensor, separator: int) -> torch.Tensor:
+    """True for tokens after the last separator of each row (the current sentence).
+
+    ``tokens``: [batch, time] (or [time]); padding after the sentence is marked True too,
+    so combine with a padding mask where it matters.
+    """
+    is_separator = tokens.eq(separator).long()
+    # separators at or after each position; zero means "no separator from here on".
+    separators_from_here = is_separator.flip(-1).cumsum(-1).flip(-1)
+    return separators_from_here.eq(0)
+
+
+def last_sentence(tokens: torch.Tensor, separator: int) -> slice:
+    """Slice of a 1-D token sequence holding its last sentence (after the last separator)."""
+    positions = (tokens == separator).nonzero()
+    start = positions[-1].item() + 1 if len(positions) else 0
+    return slice(start, len(tokens))
+
+
+class DocumentWindowDataset(FairseqDataset):
+    """Windows over binarized sentence datasets, with document-aware batching.
+
+    Args:
+        source, target: fairseq indexed datasets, one EOS-terminated sentence per item
+        documents: the split's documents (``.docs`` file), covering every sentence
+        context_size: L - 1
+        source_separator, target_separator: index of the separator token in each dictionary
+        supervise_window: loss on the whole target window (True) or only on the current
+            sentence (False: context positions are padding in ``target``)
+        document_ordered: batches hold the k-th sentence of a group of documents, in
+            order of k (needed when decoding reads translations of earlier windows)
+    """
+
+    def __init__(self, source, target, documents: Sequence[Document], context_size: int,
+                 source_separator: int, target_separator: int, pad: int, eos: int, fixed_window: bool = False,
+                 supervise_window: bool = True, shuffle: bool = True,
+                 document_ordered: bool = False):
+        self.source = source
+        self.target = target
+        self.documents = list(documents)
+        self.context_size = context_size
+        self.source_separator = source_separator
+        self.target_separator = target_separator
+        self.pad = pad
+        self.eos = eos
+        self.fixed_window = fixed_window
+        self.supervise_window = supervise_window
+        self.shuffle = shuffle
+        self.document_ordered = document_ordered
+        self.index = build_window_index(self.documents, context_size, fixed_window)
+        self.source_sizes = self._window_sizes(np.asarray(source.sizes))
+        self.target_sizes = self._window_sizes(np.asarray(target.sizes)) if target is not None else None
+        self.sizes = (np.vstack((self.source_sizes, self.target_sizes)).T
+                      if target is not None else self.source_sizes)
+
+    def _window_sizes(self, sentence_sizes: np.ndarray) -> np.ndarray:
+        cumulative = np.concatenate([[0], np.cumsum(sentence_sizes, dtype=np.int64)])
+        return cumulative[self.index.current_sentence + 1] - cumulative[self.index.first_sentence]
+
+    def check_positions(self, max_source_positions: int, max_target_positions: int, path: str) -> None:
+        """Stop, naming the document and sentence, when a window exceeds a position limit."""
+        for side, sizes, limit in (("source", self.source_sizes, max_source_positions),
+                                   ("target", self.target_sizes, max_target_positions)):
+            if sizes is None or limit is None:
+                continue
+            too_long = np.nonzero(sizes > limit)[0]
+            if len(too_long):
+                i = too_long[0]
+                document = self.documents[self.index.document[i]]
+                raise DataError(
+                    f"{path}: the {side} window of document {document.name!r} (document "
+                    f"{self.index.document[i] + 1}), sentence {self.index.position[i] + 1} has "
+                    f"{sizes[i]} tokens, over the model's limit of {limit} positions "
+                    f"({len(too_long)} windows in all); use a smaller --context-size or raise "
+                    f"--max-{side}-positions")
+
+    def window_tokens(self, sentences, separator: int, i: int) -> torch.Tensor:
+        first, current = self.index.first_sentence[i], self.index.current_sentence[i]
+        return join_window([sentences[k] for k in range(first, current + 1)], separator, self.eos)
+
+    def __getitem__(self, i):
+        item = {"id": i, "source": self.window_tokens(self.source, self.source_separator, i)}
+        if self.target is not None:
+            item["target"] = self.window_tokens(self.target, self.target_separator, i)
+        return item
+
+    def __len__(self):
+        return len(self.index)
+
+    def num_tokens(self, i):
+        if self.target_sizes is None:
+            return self.source_sizes[i]
+        return max(self.source_sizes[i], self.target_sizes[i])
+
+    def num_tokens_vec(self, indices):
+        sizes = self.source_sizes[indices]
+        if self.target_sizes is not None:
+            sizes = np.maximum(sizes, self.target_sizes[indices])
+        return sizes
+
+    def size(self, i):
+        if self.target_sizes is None:
+            return (self.source_sizes[i], 0)
+        return (self.source_sizes[i], self.target_sizes[i])
+
+    def ordered_indices(self):
+        if self.document_ordered:
+            # (document, position) order; batch_by_size regroups it by position.
+            return np.lexsort((self.index.position, self.index.document))
+        order = np.random.permutation(len(self)) if self.shuffle else np.arange(len(self))
+        if self.target_sizes is not None:
+            order = order[np.argsort(self.target_sizes[order], kind="mergesort")]
+        return order[np.argsort(self.source_sizes[order], kind="mergesort")]
+
+    def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
+        if not self.document_ordered:
+            return super().batch_by_size(indices, max_tokens, max_sentences, required_batch_size_multiple)
+        return document_ordered_batches(self.index, indices, self.num_tokens_vec(np.arange(len(self))),
+                                        max_tokens, max_sentences)
+
+    def collater(self, samples):
+        if not samples:
+            return {}
+        ids = torch.LongTensor([s["id"] for s in samples])
+        source = data_utils.collate_tokens([s["source"] for s in samples], self.pad, self.eos)
+        batch = {
+            "id": ids,
+            "nsentences": len(samples),
+            # which sentences of the split each window holds (decoding needs them)
+            "window": {
+                "first_sentence": torch.from_numpy(self.index.first_sentence[ids.numpy()]),
+                "current_sentence": torch.from_numpy(self.index.current_sentence[ids.numpy()]),
+            },
+            "net_input": {
+                "src_tokens": source,
+                "src_lengths": torch.LongTensor([len(s["source"]) for s in samples]),
+            },
+        }
+        if self.target is not None:
+            targets = [s["target"] for s in samples]
+            target = data_utils.collate_tokens(targets, self.pad, self.eos)
+            batch["net_input"]["prev_output_tokens"] = data_utils.collate_tokens(
+                targets, self.pad, self.eos, move_eos_to_beginning=True)
+            if not self.supervise_window:
+                target = target.masked_fill(~current_sentence_mask(target, self.target_separator), self.pad)
+            batch["target"] = target
+            batch["ntokens"] = int(target.ne(self.pad).sum())
+        else:
+            batch["ntokens"] = int(source.ne(self.pad).sum())
+        return batch
+
+    @property
+    def supports_prefetch(self):
+        return False
+
+    def filter_indices_by_size(self, indices, max_sizes):
+        return data_utils.filter_paired_dataset_indices_by_size(
+            self.source_sizes, self.target_sizes, indices, max_sizes)
+
+
+def document_ordered_batches(index: WindowIndex, indices: np.ndarray, num_tokens: np.ndarray,
+                             max_tokens: Optional[int], max_sentences: Optional[int]) -> List[np.ndarray]:
+    """Batches in which sentence k of a document comes after its sentence k-1's batch.
+
+    Documents are split into groups (as many as fit ``max_sentences`` / ``max_tokens`` at
+    their longest window); a group yields one batch per sentence position, in order.
+    """
+    keep = np.zeros(len(index), dtype=bool)
+    keep[indices] = True
+    documents = np.unique(index.document[indices])
+    limit_sentences = max_sentences or len(documents)
+    groups, group, group_tokens = [], [], 0
+    longest = np.zeros(index.document.max() + 1 if len(index) else 0, dtype=np.int64)
+    np.maximum.at(longest, index.document, num_tokens)
+    for document in documents:
+        if group and (len(group) >= limit_sentences
+                      or (max_tokens and (len(group) + 1) * max(group_tokens, longest[document]) > max_tokens)):
+            groups.append(group)
+            group, group_tokens = [], 0
+        group.append(document)
+        group_tokens = max(group_tokens, longest[document])
+    if group:
+        groups.append(group)
+    batches = []
+    for group in groups:
+        members = np.nonzero(np.isin(index.document, group) & keep)[0]
+        positions = index.position[members]
+        for position in np.unique(positions):
+            batches.append(members[positions == position])
+    return batches

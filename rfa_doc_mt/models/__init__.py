@@ -1,0 +1,1 @@
+from . import doc_transformer  # noqa: F401  (registers the models)

@@ -1,0 +1,79 @@
+"""s-BLEU and d-BLEU through sacrebleu (paper 000 §4 reports d-BLEU; both are printed).
+
+* s-BLEU: corpus BLEU over sentences (the current sentence of every window).
+* d-BLEU: corpus BLEU over documents, each document's sentences joined by a space.
+
+Both come with sacrebleu's signature so that a score is never separated from its settings.
+"""
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+from typing import List, Sequence
+
+from sacrebleu.metrics import BLEU
+
+from ..data.io import DataError, Document, atomic_write, document_offsets, read_docs, read_lines
+
+
+@dataclass
+class BleuScore:
+    score: float
+    signature: str
+
+    def __str__(self) -> str:
+        return f"{self.score:.2f} ({self.signature})"
+
+
+def join_documents(sentences: Sequence[str], documents: Sequence[Document]) -> List[str]:
+    offsets = document_offsets(documents)
+    if offsets[-1] != len(sentences):
+        raise DataError(f"documents cover {offsets[-1]} sentences but there are {len(sentences)}")
+    return [" ".join(sentences[offsets[d]:offsets[d + 1]]) for d in range(len(documents))]
+
+
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> BleuScore:
+    if len(hypotheses) != len(references):
+        raise DataError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    metric = BLEU(tokenize=tokenize)
+    result = metric.corpus_score(list(hypotheses), [list(references)])
+    return BleuScore(result.score, str(metric.get_signature()))
+
+
+def sentence_and_document_bleu(hypotheses: Sequence[str], references: Sequence[str],
+                               documents: Sequence[Document], tokenize: str = "13a") -> dict:
+    """{"s_bleu": BleuScore, "d_bleu": BleuScore} for aligned hypothesis/reference sentences."""
+    return {
+        "s_bleu": corpus_bleu(hypotheses, references, tokenize),
+        "d_bleu": corpus_bleu(join_documents(hypotheses, documents),
+                              join_documents(references, documents), tokenize),
+    }
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description="s-BLEU and d-BLEU of document translations (sacrebleu)")
+    parser.add_argument("--hyp", required=True, help="translations, one sentence per line, in document order")
+    parser.add_argument("--ref", required=True, help="references, aligned with --hyp")
+    parser.add_argument("--docs", required=True, help="document boundaries of --hyp (.docs file)")
+    parser.add_argument("--tokenize", default="13a", help="sacrebleu tokenizer (zh for Chinese targets)")
+    parser.add_argument("--json", help="also write the scores here")
+    args = parser.parse_args(argv)
+    hypotheses, references = read_lines(args.hyp), read_lines(args.ref)
+    if len(hypotheses) != len(references):
+        raise DataError(f"{args.hyp} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
+    documents = read_docs(args.docs, num_sentences=len(hypotheses))
+    scores = sentence_and_document_bleu(hypotheses, references, documents, args.tokenize)
+    for name, score in scores.items():
+        print(f"{name[0]}-BLEU = {score}")
+    if args.json:
+        with atomic_write(args.json) as handle:
+            json.dump({name: asdict(score) for name, score in scores.items()}, handle, indent=2)
+    return scores
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except DataError as error:
+        sys.exit(f"error: {error}")

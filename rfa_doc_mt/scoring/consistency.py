@@ -1,0 +1,180 @@
+"""Contrastive consistency accuracy (Voita et al. 2019; paper 000 Figure 3).
+
+Each example has one source (context sentences + the current one, joined by ``_eos``) and
+several target candidates differing in the current sentence; one is true. The model scores
+every candidate with the **mean token negative log-likelihood of the current target
+sentence** (its EOS included), teacher-forced on the candidate's own context sentences,
+computed from the model's log-probabilities directly: no label smoothing, whatever the
+training criterion was. The example counts as correct when the true candidate has the
+lowest loss (ties count as wrong). The model sees as much context as it was trained with
+(the last ``--context-size`` + 1 sentences of each side).
+
+Accuracy is reported per phenomenon (one JSON file each) and per ``ctx_dist``, beside the
+random baseline of the same file: the mean over examples of 1 / number of candidates.
+"""
+
+import argparse
+import json
+import os
+import sys
+from collections import defaultdict
+from typing import Dict, List, Sequence
+
+import torch
+from fairseq.data import data_utils
+
+from ..data.io import DataError, atomic_write
+from ..data.voita import read_contrastive, split_sentences
+from ..data.windows import current_sentence_mask, join_window
+
+def phenomenon_name(path: str) -> str:
+    name = os.path.splitext(os.path.basename(path))[0]
+    for suffix in ("_dev", "_test"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def accuracy_report(examples: Sequence[dict], losses: Sequence[Sequence[float]]) -> dict:
+    """Accuracy overall and per ``ctx_dist``, with the random baseline, from candidate losses."""
+    if len(examples) != len(losses):
+        raise ValueError(f"{len(examples)} examples but {len(losses)} loss lists")
+    correct_by_distance: Dict[int, List[int]] = defaultdict(list)
+    correct, random_baseline = [], []
+    for example, candidate_losses in zip(examples, losses):
+        if len(candidate_losses) != len(example["dst"]):
+            raise ValueError("one loss per candidate expected")
+        best = min(range(len(candidate_losses)), key=lambda k: candidate_losses[k])
+        unique_best = sum(1 for loss in candidate_losses if loss == candidate_losses[best]) == 1
+        hit = int(unique_best and best == example["true_ind"])
+        correct.append(hit)
+        correct_by_distance[int(example.get("ctx_dist", -1))].append(hit)
+        random_baseline.append(1.0 / len(example["dst"]))
+    return {
+        "examples": len(correct),
+        "accuracy": 100.0 * sum(correct) / len(correct),
+        "random": 100.0 * sum(random_baseline) / len(random_baseline),
+        "by_ctx_dist": {str(d): {"examples": len(hits), "accuracy": 100.0 * sum(hits) / len(hits)}
+                        for d, hits in sorted(correct_by_distance.items())},
+    }
+
+
+def pooled_report(reports: Dict[str, dict]) -> dict:
+    """All phenomena together, each example weighted once."""
+    examples = sum(r["examples"] for r in reports.values())
+    return {
+        "examples": examples,
+        "accuracy": sum(r["accuracy"] * r["examples"] for r in reports.values()) / examples,
+        "random": sum(r["random"] * r["examples"] for r in reports.values()) / examples,
+    }
+
+
+class CandidateScorer:
+    """Mean token NLL of the current target sentence for (source, candidate) windows."""
+
+    def __init__(self, model, task, batch_size: int = 64):
+        self.model = model.eval()
+        self.task = task
+        self.batch_size = batch_size
+        self.sentences_per_window = task.cfg.context_size + 1
+        self.device = next(model.parameters()).device
+
+    def encode_window(self, text: str, dictionary, separator: int) -> torch.Tensor:
+        sentences = split_sentences(text, "contrastive example")[-self.sentences_per_window:]
+        encoded = [dictionary.encode_line(s, add_if_not_exist=False, append_eos=True).long() for s in sentences]
+        return join_window(encoded, separator, dictionary.eos())
+
+    @torch.no_grad()
+    def losses(self, pairs: Sequence[tuple]) -> List[float]:
+        """One loss per (source text, candidate text) pair."""
+        task = self.task
+        pad, eos = task.tgt_dict.pad(), task.tgt_dict.eos()
+        result: List[float] = []
+        for start in range(0, len(pairs), self.batch_size):
+            chunk = pairs[start:start + self.batch_size]
+            sources = [self.encode_window(s, task.src_dict, task.source_separator) for s, _ in chunk]
+            targets = [self.encode_window(t, task.tgt_dict, task.target_separator) for _, t in chunk]
+            src_tokens = data_utils.collate_tokens(sources, pad, eos).to(self.device)
+            src_lengths = torch.tensor([len(s) for s in sources], device=self.device)
+            target = data_utils.collate_tokens(targets, pad, eos).to(self.device)
+            prev_output_tokens = data_utils.collate_tokens(targets, pad, eos, move_eos_to_beginning=True).to(self.device)
+            net_output = self.model(src_tokens=src_tokens, src_lengths=src_lengths,
+                                    prev_output_tokens=prev_output_tokens)
+            log_probs = self.model.get_normalized_probs(net_output, log_probs=True).float()
+            token_nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+            scored = current_sentence_mask(target, task.target_separator) & target.ne(pad)
+            per_row = (token_nll * scored).sum(-1) / scored.sum(-1).clamp(min=1)
+            result.extend(per_row.tolist())
+        return result
+
+    def score_examples(self, examples: Sequence[dict]) -> List[List[float]]:
+        pairs = [(e["src"], candidate) for e in examples for candidate in e["dst"]]
+        flat = self.losses(pairs)
+        losses, k = [], 0
+        for example in examples:
+            losses.append(flat[k:k + len(example["dst"])])
+            k += len(example["dst"])
+        return losses
+
+
+def contrastive_files(paths: Sequence[str]) -> List[str]:
+    """Expand directories written by ``prepare consistency`` into the sets they list."""
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            manifest = os.path.join(path, "consistency.json")
+            if not os.path.isfile(manifest):
+                raise DataError(f"{manifest}: not found (is {path} written by `prepare consistency`?)")
+            with open(manifest, encoding="utf-8") as handle:
+                files += [os.path.join(path, name) for name in sorted(json.load(handle)["sets"])]
+        else:
+            files.append(path)
+    return files
+
+
+def format_table(reports: Dict[str, dict]) -> str:
+    lines = ["| phenomenon | examples | accuracy | random | by ctx_dist |", "| --- | ---: | ---: | ---: | --- |"]
+    for name, report in reports.items():
+        distances = " ".join(f"{d}:{r['accuracy']:.1f}" for d, r in report.get("by_ctx_dist", {}).items())
+        lines.append(f"| {name} | {report['examples']} | {report['accuracy']:.1f} | {report['random']:.1f} | {distances} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description="Contrastive consistency accuracy of a trained model")
+    parser.add_argument("--path", required=True, help="model checkpoint")
+    parser.add_argument("--data", required=True, help="the binarized data directory the model was trained on")
+    parser.add_argument("--sets", nargs="+", required=True,
+                        help="contrastive JSON files (prepared: BPE applied), or a directory written by "
+                             "`prepare consistency` (all sets listed in its consistency.json)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--cpu", action="store_true")
+    parser.add_argument("--json", help="write the report here")
+    args = parser.parse_args(argv)
+
+    from fairseq import checkpoint_utils
+
+    import rfa_doc_mt  # noqa: F401  (registers the task and models)
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.path], arg_overrides={"data": args.data})
+    model = models[0]
+    if torch.cuda.is_available() and not args.cpu:
+        model = model.cuda()
+    scorer = CandidateScorer(model, task, args.batch_size)
+    reports = {}
+    for path in contrastive_files(args.sets):
+        examples = read_contrastive(path)
+        reports[phenomenon_name(path)] = accuracy_report(examples, scorer.score_examples(examples))
+    reports["pooled"] = pooled_report(reports)
+    print(format_table(reports))
+    if args.json:
+        with atomic_write(args.json) as handle:
+            json.dump(reports, handle, indent=2)
+    return reports
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except DataError as error:
+        sys.exit(f"error: {error}")

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Write and binarize the embedded synthetic corpus (pseudo-languages src -> tgt, no BPE) with
+# its contrastive sets in OUT/consistency/.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+usage() {
+    cat <<USAGE
+usage: $(basename "$0") [--out DIR] [--seed N] [--{train,valid,test}-documents N] [--contrastive-pairs N] [--workers N]
+
+  --out DIR              output directory (default: $ROOT/data-bin/synthetic)
+  --seed N               corpus seed (default 1)
+  --train-documents N    number of training documents (default: the generator's)
+USAGE
+}
+
+PYTHON="$ROOT/.venv/bin/python"
+[ -x "$PYTHON" ] || PYTHON=python3
+OUT="$ROOT/data-bin/synthetic"
+EXTRA=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -h|--help) usage; exit 0 ;;
+        --out) [ $# -ge 2 ] || { usage >&2; exit 2; }; OUT="$2"; shift 2 ;;
+        *) EXTRA+=("$1"); shift ;;
+    esac
+done
+
+# the package is used from this checkout; PYTHONPATH is set for this command only
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m rfa_doc_mt.data.prepare synthetic \
+    --out "$OUT" ${EXTRA[@]+"${EXTRA[@]}"}
+echo "prepare_synthetic: done in ${SECONDS}s"
