@@ -11,6 +11,7 @@ DATA=$DEMO_DIR/data
 SYSTEMS=(
   "Transformer L=1=transformer_L1"
   "Transformer L=4=transformer_L4"
+  "Long-short L=4=lstm_L4"
 )
 start=$SECONDS
 total=$(( ${#SYSTEMS[@]} + 2 ))
@@ -26,22 +27,9 @@ report_args=()
 for system in "${SYSTEMS[@]}"; do
   step=$((step + 1))
   name=${system%=*}; config_name=${system##*=}
-  config=$ROOT/configs/demo/$config_name.sh
-  out=$DEMO_DIR/$config_name
-  log "[$step/$total] $name ($config): train"
-  "$ROOT/scripts/train.sh" "$config" "$DATA" "$out"
-  if [ ! -f "$out/test.hyp" ]; then
-    log "[$step/$total] $name: decode test (sliding windows, beam 4)"
-    "$ROOT/scripts/decode.sh" "$config" "$DATA" "$out/checkpoint_best.pt" "$out/test" >&2
-  fi
-  log "[$step/$total] $name: score"
-  "$ROOT/scripts/score.sh" "$out/test" >&2
-  if [ ! -f "$out/consistency.json" ]; then
-    "$PYTHON" -m rfa_doc_mt.scoring.consistency --path "$out/checkpoint_best.pt" --data "$DATA" \
-      --sets "$DATA/consistency" --json "$out/consistency.json" > "$out/consistency.log" 2>&1 \
-      || { tail -20 "$out/consistency.log" >&2; die "consistency scoring failed"; }
-  fi
-  report_args+=("$name=$out")
+  log "[$step/$total] $name"
+  "$ROOT/scripts/run_system.sh" "$ROOT/configs/demo/$config_name.sh" "$DATA" "$DEMO_DIR/$config_name"
+  report_args+=("$name=$DEMO_DIR/$config_name")
 done
 
 log "[$total/$total] results"

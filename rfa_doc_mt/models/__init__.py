@@ -1,1 +1,2 @@
 from . import doc_transformer  # noqa: F401  (registers the models)
+from . import lstm_transformer  # noqa: F401

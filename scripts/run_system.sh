@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One system end to end: scripts/run_system.sh CONFIG DATA_DIR OUT_DIR [fairseq-train args...]
+# train (resumes) -> decode the test split with sliding windows -> s-BLEU/d-BLEU ->
+# consistency accuracy when DATA_DIR has contrastive sets. Finished steps are skipped.
+# Leaves OUT_DIR/{checkpoint_best.pt, test.hyp, test.bleu.json, consistency.json}.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+[ $# -ge 3 ] || die "usage: $0 CONFIG DATA_DIR OUT_DIR [fairseq-train args...]"
+config=$1; data=$2; out=$3; shift 3
+load_config "$config"
+name=$(basename "$config" .sh)
+log "$name: train"
+"$ROOT/scripts/train.sh" "$config" "$data" "$out" "$@"
+if [ ! -f "$out/test.hyp" ]; then
+  log "$name: decode the test documents (sliding windows, beam 4)"
+  "$ROOT/scripts/decode.sh" "$config" "$data" "$out/checkpoint_best.pt" "$out/test" >&2
+fi
+if [ ! -f "$out/test.bleu.json" ]; then
+  "$ROOT/scripts/score.sh" "$out/test" >&2
+fi
+if [ -d "$data/consistency" ] && [ ! -f "$out/consistency.json" ]; then
+  log "$name: contrastive consistency"
+  "$PYTHON" -m rfa_doc_mt.scoring.consistency --path "$out/checkpoint_best.pt" --data "$data" \
+    --sets "$data/consistency" --json "$out/consistency.json" > "$out/consistency.log" 2>&1 \
+    || { tail -20 "$out/consistency.log" >&2; die "consistency scoring failed; see $out/consistency.log"; }
+fi
