@@ -12,6 +12,7 @@ SYSTEMS=(
   "Transformer L=1=transformer_L1"
   "Transformer L=4=transformer_L4"
   "Long-short L=4=lstm_L4"
+  "LSH self+cross L=4=lsh_L4"
 )
 start=$SECONDS
 total=$(( ${#SYSTEMS[@]} + 2 ))

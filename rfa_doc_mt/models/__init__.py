@@ -1,2 +1,3 @@
 from . import doc_transformer  # noqa: F401  (registers the models)
 from . import lstm_transformer  # noqa: F401
+from . import lsh_transformer  # noqa: F401

@@ -1,0 +1,8 @@
+# LSH attention (paper 003) in all three attentions over 4-sentence windows (L = 4), tiny, for
+# `make demo`. Hash classes = L = 4 as in paper 003 §5.2; chunks of 8 and 2 hash rounds (the paper:
+# 10 and 4) because the synthetic sentences are short (~6.5 tokens) and the CPU is small.
+source "$(dirname "${BASH_SOURCE[0]}")/train_args.sh"
+TASK_ARGS="--context-size 3"
+MODEL_ARGS="--arch lsh_doc_transformer_tiny --share-all-embeddings
+  --lsh-attention encoder-self,decoder-self,cross --lsh-chunk-size 8 --lsh-hash-classes 4 --lsh-rounds 2"
+TRAIN_ARGS="$DEMO_TRAIN_ARGS"
