@@ -1,0 +1,6 @@
+# Paper 000: RFA-sgate, opensub-bleu, L = 1.
+# At L = 1 a window has no separator, so the gate never fires: this equals RFA (L = 1).
+CORPUS=opensub-bleu
+GATE=sgate
+WINDOW=1
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

@@ -1,0 +1,415 @@
+"""Decoding speed of RFA against the transformer as the window grows (paper 000, Figure 4, A.3).
+
+    python -m rfa_doc_mt.bench.decode_speed run --data DIR --out speed.json [--quick] [--device cuda]
+    python -m rfa_doc_mt.bench.decode_speed plot speed.json --out speed.png
+
+``run`` decodes the same windows of a prepared corpus (IWSLT15's test talks in the paper)
+with the concatenation transformer (``doc_transformer``) and ungated RFA
+(``rfa_doc_transformer``, A.3: "we benchmark with ungated RFA"), both at paper sizes and
+randomly initialised (only speed is measured), for each window size L, with beam 4.
+
+* Same work for both: every window is decoded to exactly its reference length (a beam search
+  that forbids EOS before the last position and forces it there), so both models decode the
+  same number of tokens whatever their (random) predictions.
+* Same batches: windows with L full sentences, sorted by source length, cut into batches of
+  the paper's Table 3 size times ``--batch-scale`` (default 1/8 for a small CPU: 128 windows
+  at L = 1 down to 12 at L = 15, keeping the paper's shape of about 1000-1500 sentences per
+  batch, divided by 8). Small batches make every step pay for reading the weights (the 23k x
+  512 output embedding alone is 46 MB), which hides the attention's cost at large L.
+* Measured: decoded tokens (reference tokens, EOS included, counted once per window, not
+  once per beam) per second of *forward time*: the encoder, the decoder steps and the
+  reordering of cached states (what the paper calls "forward pass time"); the beam search's
+  own bookkeeping (top-k, token buffers) is reported apart as wall time.
+* Both models are timed in one process, batch by batch in alternation, after a warm-up.
+
+The JSON holds the machine, the commit, the settings and every run; ``plot`` draws the
+speedup per L from it (a separate step, so plots can be redrawn without re-running).
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+# paper 000, Table 3: batch size used to decode each window size L (32 GB A100; also its CPU runs)
+PAPER_BATCH_SIZES = {1: 1024, 2: 512, 3: 512, 4: 256, 5: 256, 10: 128, 15: 96}
+WINDOW_SIZES = (1, 2, 3, 4, 5, 10, 15)
+QUICK_WINDOW_SIZES = (1, 4, 15)
+MODELS = {"transformer": "doc_transformer", "rfa": "rfa_doc_transformer"}
+
+
+# ---------------------------------------------------------------------------------------
+# data and models
+
+
+def read_prep(data: str) -> Dict:
+    """The corpus' prep.json; without one, the languages of its two dictionaries."""
+    path = os.path.join(data, "prep.json")
+    if os.path.isfile(path):
+        with open(path) as f:
+            return json.load(f)
+    languages = sorted(name[5:-4] for name in os.listdir(data) if name.startswith("dict.") and name.endswith(".txt"))
+    if len(languages) != 2:
+        raise SystemExit(f"{data}: no prep.json and not two dict.*.txt files: is it a prepared corpus?")
+    source, target = languages if os.path.exists(os.path.join(data, f"test.{languages[0]}-{languages[1]}."
+                                                                  f"{languages[0]}.idx")) else languages[::-1]
+    return {"source_lang": source, "target_lang": target, "corpus": None}
+
+
+def load_windows(data: str, split: str, window_size: int, max_positions: int):
+    """The task and its window dataset for windows of ``window_size`` sentences."""
+    from ..tasks.doc_translation import DocTranslationConfig, DocTranslationTask
+
+    prep = read_prep(data)
+    cfg = DocTranslationConfig(data=data, source_lang=prep["source_lang"], target_lang=prep["target_lang"],
+                               context_size=window_size - 1, max_source_positions=max_positions,
+                               max_target_positions=max_positions,
+                               # fields that fairseq otherwise interpolates from its global config
+                               train_subset="train", dataset_impl="mmap", required_seq_len_multiple=1)
+    task = DocTranslationTask.setup_task(cfg)
+    task.load_dataset(split)
+    return task, task.datasets[split]
+
+
+def choose_batches(dataset, window_size: int, batch_size: int, num_batches: int) -> List[List[int]]:
+    """``num_batches`` batches of windows holding ``window_size`` sentences, spread evenly over
+    the split, each batch sorted by source length (as fairseq batches are).
+
+    Where the split has too few such windows (short documents, e.g. the synthetic corpus),
+    the windows with the most sentences are used instead; the JSON records it per run."""
+    index = dataset.index
+    sentences = index.current_sentence - index.first_sentence + 1
+    wanted = batch_size * num_batches
+    candidates = np.nonzero(sentences == window_size)[0]
+    if len(candidates) < wanted:
+        # the longest windows available: most sentences first, then most source tokens
+        order = np.lexsort((-dataset.source_sizes, -sentences))
+        candidates = np.sort(order[:wanted])
+        print(f"note: only {int((sentences == window_size).sum())} windows of {window_size} sentences; "
+              f"using the {len(candidates)} longest windows ({sentences[candidates].min()}-"
+              f"{sentences[candidates].max()} sentences)", flush=True)
+    chosen = candidates[np.linspace(0, len(candidates) - 1, min(wanted, len(candidates))).round().astype(int)]
+    chosen = chosen[np.argsort(dataset.source_sizes[chosen], kind="mergesort")]
+    batches = [chosen[i:i + batch_size].tolist() for i in range(0, len(chosen), batch_size)]
+    return [b for b in batches if len(b) == batch_size] or batches[:1]
+
+
+def build_model(task, arch: str, seed: int, max_positions: int, device: str, dtype: torch.dtype):
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
+    model_class = ARCH_MODEL_REGISTRY[arch]
+    model_class.add_args(parser)
+    args = parser.parse_args([])
+    args.arch, args.seed = arch, seed
+    args.max_source_positions = args.max_target_positions = max_positions
+    args.share_all_embeddings = True  # joint dictionary, as the configs train them
+    ARCH_CONFIG_REGISTRY[arch](args)
+    torch.manual_seed(seed)
+    model = model_class.build_model(args, task)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+# ---------------------------------------------------------------------------------------
+# decoding
+
+
+class Timer:
+    """Accumulates the seconds spent inside ``with timer.forward():`` blocks."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.forward_seconds = 0.0
+
+    def sync(self):
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    @contextmanager
+    def forward(self):
+        self.sync()
+        start = time.perf_counter()
+        yield
+        self.sync()
+        self.forward_seconds += time.perf_counter() - start
+
+
+@torch.no_grad()
+def forced_length_beam_search(model, sample: Dict, beam: int, pad: int, eos: int, timer: Timer) -> torch.Tensor:
+    """Beam search in which window b ends exactly after ``target_lengths[b]`` tokens (EOS last).
+
+    Returns the best hypothesis per window ([batch, max_length]). Finished windows leave the
+    batch, and cached states are reordered, as in fairseq's SequenceGenerator.
+    """
+    net_input = sample["net_input"]
+    src_tokens, src_lengths = net_input["src_tokens"], net_input["src_lengths"]
+    target_lengths = sample["target"].ne(pad).sum(1)
+    batch, max_length = src_tokens.size(0), int(target_lengths.max())
+    device = src_tokens.device
+    model.decoder.set_beam_size(beam)  # as SequenceGenerator: beams share encoder-side caches
+    with timer.forward():
+        encoder_out = model.encoder(src_tokens, src_lengths)
+        encoder_out = model.encoder.reorder_encoder_out(
+            encoder_out, torch.arange(batch, device=device).repeat_interleave(beam))
+    incremental_state: Dict[str, Dict[str, Optional[torch.Tensor]]] = {}
+    tokens = torch.full((batch * beam, max_length + 1), pad, dtype=torch.long, device=device)
+    tokens[:, 0] = eos
+    scores = torch.zeros(batch * beam, device=device)
+    lengths = target_lengths.repeat_interleave(beam)
+    windows = torch.arange(batch, device=device)  # which window each group of beams decodes
+    best = torch.full((batch, max_length), pad, dtype=torch.long, device=device)
+    beam_offsets = torch.arange(beam, device=device)
+    for step in range(max_length):
+        with timer.forward():
+            logits, _ = model.decoder(tokens[:, :step + 1], encoder_out, incremental_state=incremental_state)
+            lprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)
+        vocab = lprobs.size(-1)
+        ending = lengths.eq(step + 1)
+        # forced length: no EOS before the window's last position, nothing but EOS at it
+        lprobs[:, pad] = -math.inf
+        lprobs.masked_fill_(ending.unsqueeze(1), -math.inf)
+        lprobs[:, eos] = torch.where(ending, 0.0, -math.inf)
+        groups = lprobs.size(0) // beam
+        candidates = (scores.unsqueeze(1) + lprobs).view(groups, beam * vocab)
+        if step == 0:
+            candidates = candidates[:, :vocab]  # all beams are still the same hypothesis
+        top_scores, top_indices = candidates.topk(beam, dim=1)
+        new_order = (torch.arange(groups, device=device).unsqueeze(1) * beam + top_indices // vocab).view(-1)
+        tokens = tokens.index_select(0, new_order)
+        tokens[:, step + 1] = (top_indices % vocab).view(-1)
+        scores = top_scores.view(-1)
+        finished = ending.view(groups, beam)[:, 0]
+        if bool(finished.any()):
+            done = finished.nonzero().squeeze(1)
+            best[windows[done], :step + 1] = tokens.view(groups, beam, -1)[done, 0, 1:step + 2]
+            kept = (~finished).nonzero().squeeze(1)
+            if kept.numel() == 0:
+                break
+            rows = (kept.unsqueeze(1) * beam + beam_offsets).view(-1)
+            new_order, tokens, scores, lengths = new_order[rows], tokens[rows], scores[rows], lengths[rows]
+            windows = windows[kept]
+            with timer.forward():
+                encoder_out = model.encoder.reorder_encoder_out(encoder_out, rows)
+        # beams of a window share their encoder rows: only the decoder's caches follow new_order
+        with timer.forward():
+            model.decoder.reorder_incremental_state_scripting(incremental_state, new_order)
+    return best
+
+
+def decode_batch(model, dataset, indices: List[int], beam: int, device: str) -> Dict:
+    from fairseq import utils
+
+    sample = utils.move_to_cuda(dataset.collater([dataset[i] for i in indices]), device=torch.device(device)) \
+        if device.startswith("cuda") \
+        else dataset.collater([dataset[i] for i in indices])
+    timer = Timer(device)
+    timer.sync()
+    start = time.perf_counter()
+    forced_length_beam_search(model, sample, beam, dataset.pad, dataset.eos, timer)
+    timer.sync()
+    wall = time.perf_counter() - start
+    tokens = int(sample["target"].ne(dataset.pad).sum())
+    index = dataset.index
+    sentences = index.current_sentence[indices] - index.first_sentence[indices] + 1
+    return {"windows": len(indices), "tokens": tokens, "mean_sentences_per_window": float(np.mean(sentences)),
+            "source_tokens": int(sample["net_input"]["src_tokens"].ne(dataset.pad).sum()),
+            "forward_seconds": timer.forward_seconds, "wall_seconds": wall}
+
+
+# ---------------------------------------------------------------------------------------
+# run
+
+
+def machine_info(device: str) -> Dict:
+    info = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": device}
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        info["cpu"] = names[0] if names else platform.processor()
+    except OSError:
+        info["cpu"] = platform.processor()
+    if device.startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name(device)
+    try:
+        info["load_average_at_start"] = os.getloadavg()
+    except OSError:
+        pass
+    return info
+
+
+def commit_info() -> Dict:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+
+
+def scaled_batch_size(window_size: int, scale: float) -> int:
+    return max(1, int(round(PAPER_BATCH_SIZES[window_size] * scale)))
+
+
+def run(args) -> Dict:
+    import rfa_doc_mt  # noqa: F401  (registers the task and the models)
+    from ..models import doc_transformer, rfa_transformer  # noqa: F401  (the two models compared)
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = args.device
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    window_sizes = [int(x) for x in args.window_sizes.split(",")] if args.window_sizes else \
+        list(QUICK_WINDOW_SIZES if args.quick else WINDOW_SIZES)
+    batch_scale = args.batch_scale if args.batch_scale is not None else (1 / 32 if args.quick else 1 / 8)
+    num_batches = args.batches if args.batches is not None else (1 if args.quick else 2)
+    result = {"machine": machine_info(device), "commit": commit_info(),
+              "settings": {"data": os.path.abspath(args.data), "corpus": read_prep(args.data).get("corpus"),
+                           "split": args.split, "beam": args.beam,
+                           "window_sizes": window_sizes, "batch_scale": batch_scale,
+                           "batch_sizes": {L: scaled_batch_size(L, batch_scale) for L in window_sizes},
+                           "paper_batch_sizes": {L: PAPER_BATCH_SIZES[L] for L in window_sizes},
+                           "batches_per_window_size": num_batches, "models": MODELS, "dtype": args.dtype,
+                           "seed": args.seed, "quick": bool(args.quick),
+                           "length": "forced to the reference window length",
+                           "tokens_per_second": "reference tokens (EOS included) / forward seconds"},
+              "runs": [], "summary": []}
+    for window_size in window_sizes:
+        task, dataset = load_windows(args.data, args.split, window_size, args.max_positions)
+        batch_size = scaled_batch_size(window_size, batch_scale)
+        batches = choose_batches(dataset, window_size, batch_size, num_batches)
+        models = {name: build_model(task, arch, args.seed, args.max_positions, device, dtype)
+                  for name, arch in MODELS.items()}
+        for name, model in models.items():  # warm-up: first calls allocate and pick kernels
+            decode_batch(model, dataset, batches[0][:max(1, batch_size // 4)], args.beam, device)
+        totals = {name: {"tokens": 0, "forward_seconds": 0.0, "wall_seconds": 0.0} for name in models}
+        for number, indices in enumerate(batches):
+            order = list(models) if number % 2 == 0 else list(reversed(list(models)))
+            for name in order:
+                figures = decode_batch(models[name], dataset, indices, args.beam, device)
+                figures.update({"window_size": window_size, "model": name, "batch": number,
+                                "batch_size": batch_size,
+                                "tokens_per_second": figures["tokens"] / figures["forward_seconds"]})
+                result["runs"].append(figures)
+                for key in totals[name]:
+                    totals[name][key] += figures[key]
+                print(f"L={window_size:2d} batch {number} {name:11s} {figures['tokens']:6d} tokens "
+                      f"{figures['forward_seconds']:7.2f} s forward {figures['wall_seconds']:7.2f} s wall "
+                      f"{figures['tokens_per_second']:8.1f} tokens/s", flush=True)
+        speeds = {name: t["tokens"] / t["forward_seconds"] for name, t in totals.items()}
+        wall_speeds = {name: t["tokens"] / t["wall_seconds"] for name, t in totals.items()}
+        summary = {"window_size": window_size, "batch_size": batch_size,
+                   "tokens": totals["rfa"]["tokens"],
+                   "tokens_per_second": speeds, "wall_tokens_per_second": wall_speeds,
+                   "speedup": speeds["rfa"] / speeds["transformer"],
+                   "wall_speedup": wall_speeds["rfa"] / wall_speeds["transformer"]}
+        result["summary"].append(summary)
+        print(f"L={window_size:2d}: transformer {speeds['transformer']:.1f} tokens/s, RFA {speeds['rfa']:.1f} "
+              f"tokens/s, RFA/transformer {summary['speedup']:.2f}x", flush=True)
+        del models
+    try:
+        result["machine"]["load_average_at_end"] = os.getloadavg()
+    except OSError:
+        pass
+    return result
+
+
+def write_json(result: Dict, path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    temporary = path + ".tmp"
+    with open(temporary, "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(temporary, path)
+
+
+# ---------------------------------------------------------------------------------------
+# plot (Figure 4)
+
+
+def plot(json_path: str, out: str) -> None:
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves the root at DEBUG
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(json_path) as f:
+        result = json.load(f)
+    summary = sorted(result["summary"], key=lambda s: s["window_size"])
+    sizes = [s["window_size"] for s in summary]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    left.plot(sizes, [s["speedup"] for s in summary], marker="o", label="forward time")
+    left.plot(sizes, [s["wall_speedup"] for s in summary], marker="x", linestyle="--", label="wall time")
+    left.axhline(1.0, color="grey", linewidth=0.8)
+    left.set_xlabel("window size L (sentences)")
+    left.set_ylabel("RFA speedup over transformer")
+    left.legend()
+    for name, style in (("transformer", "s-"), ("rfa", "o-")):
+        right.plot(sizes, [s["tokens_per_second"][name] for s in summary], style, label=name)
+    right.set_xlabel("window size L (sentences)")
+    right.set_ylabel("decoded tokens / second")
+    right.set_yscale("log")
+    right.legend()
+    machine = result["machine"]
+    threads = machine.get('torch_threads')
+    device = machine.get("gpu") or f"{machine.get('cpu', '?')} ({threads} thread{'' if threads == 1 else 's'})"
+    figure.suptitle(f"Decoding speed, beam {result['settings']['beam']}, {device}", fontsize=9)
+    figure.tight_layout()
+    temporary = out + ".tmp.png"
+    figure.savefig(temporary, dpi=150)
+    os.replace(temporary, out)
+    print(f"wrote {out}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run", help="decode and time; write JSON")
+    run_parser.add_argument("--data", required=True, help="prepared corpus (python -m rfa_doc_mt.data.prepare)")
+    run_parser.add_argument("--split", default="test")
+    run_parser.add_argument("--out", required=True, help="JSON file to write")
+    run_parser.add_argument("--window-sizes", help=f"comma-separated L values (default {WINDOW_SIZES}; "
+                                                   f"--quick: {QUICK_WINDOW_SIZES})")
+    run_parser.add_argument("--batch-scale", type=float,
+                            help="fraction of the paper's Table 3 batch sizes (default 1/8; --quick 1/32)")
+    run_parser.add_argument("--batches", type=int, help="timed batches per L (default 2; --quick 1)")
+    run_parser.add_argument("--beam", type=int, default=4)
+    run_parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    run_parser.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
+    run_parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    run_parser.add_argument("--seed", type=int, default=1)
+    run_parser.add_argument("--max-positions", type=int, default=2048)
+    run_parser.add_argument("--quick", action="store_true", help="L in {1,4,15}, small batches, one batch each")
+    plot_parser = commands.add_parser("plot", help="draw Figure 4 from a JSON written by run")
+    plot_parser.add_argument("json")
+    plot_parser.add_argument("--out", required=True, help="PNG file to write")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        if args.device.startswith("cuda") and not torch.cuda.is_available():
+            parser.error("--device cuda: no CUDA device is available")
+        write_json(run(args), args.out)
+        print(f"wrote {args.out}")
+    else:
+        plot(args.json, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

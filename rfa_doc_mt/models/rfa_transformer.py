@@ -1,0 +1,227 @@
+"""RFA document transformer (paper 000): the baseline with random feature attention in the
+decoder's causal and cross attention, optionally with the sentential gate (§3.2).
+
+The encoder keeps softmax self-attention (the paper uses RFA where decoding speed is
+decided: decoder causal and cross attention). Variants of Table 1::
+
+    RFA            --rfa-gate none
+    RFA-sgate      --rfa-gate sgate      --rfa-gate-bias-init {1,2}
+    RFA-sgate-avg  --rfa-gate sgate-avg
+
+fairseq's decoder layer loop passes no token ids to the attention modules, so the decoder
+computes the sentence starts of each forward (from ``prev_output_tokens``, and from the
+source tokens for the optional cross gate) and hands them to its RFA modules for that
+forward only (``sentence_starts`` attribute, cleared afterwards).
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+from fairseq.distributed import fsdp_wrap
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
+from fairseq.utils import safe_getattr
+
+from ..modules.random_feature_attention import (FEATURE_MAPS, GATE_VARIANTS, RandomFeatureCausalAttention,
+                                                RandomFeatureCrossAttention, module_seed)
+from ..modules.sentences import sentence_starts
+from .doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny
+
+DEFAULT_GATE_BIAS = {"sgate": 2.0, "sgate-avg": 0.0, "none": 0.0}
+
+
+@dataclass(frozen=True)
+class RFAOptions:
+    """The model's RFA settings (see ``add_args`` for their meaning)."""
+
+    cross_proj_dim: int
+    causal_proj_dim: int
+    gate: str
+    gate_bias_init: float
+    cross_gate: bool
+    feature_map: str
+    learned_tau: bool
+    seed: int
+
+    @classmethod
+    def from_args(cls, args) -> "RFAOptions":
+        gate = safe_getattr(args, "rfa_gate", "none")
+        bias = safe_getattr(args, "rfa_gate_bias_init", None)
+        return cls(
+            cross_proj_dim=int(safe_getattr(args, "rfa_cross_proj_dim", 256)),
+            causal_proj_dim=int(safe_getattr(args, "rfa_causal_proj_dim", 32)),
+            gate=gate,
+            gate_bias_init=float(DEFAULT_GATE_BIAS[gate] if bias is None else bias),
+            cross_gate=bool(safe_getattr(args, "rfa_cross_gate", False)),
+            feature_map=safe_getattr(args, "rfa_feature_map", "fourier"),
+            learned_tau=bool(safe_getattr(args, "rfa_learned_tau", False)),
+            seed=int(safe_getattr(args, "seed", 1)),
+        )
+
+
+class RFADecoderLayer(TransformerDecoderLayerBase):
+    """fairseq's decoder layer with causal and cross RFA in place of softmax attention."""
+
+    def __init__(self, cfg, options: RFAOptions, layer_index: int, no_encoder_attn: bool = False):
+        self.options, self.layer_index = options, layer_index  # read by the build_* methods below
+        super().__init__(cfg, no_encoder_attn=no_encoder_attn)
+
+    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        if add_bias_kv or add_zero_attn or cfg.cross_self_attention:
+            raise ValueError("RFA causal attention supports neither bias_kv, zero_attn nor cross_self_attention")
+        o = self.options
+        return RandomFeatureCausalAttention(
+            embed_dim, cfg.decoder.attention_heads, o.causal_proj_dim,
+            seed=module_seed(o.seed, self.layer_index, "causal"), feature_map=o.feature_map,
+            learned_tau=o.learned_tau, gate=o.gate, gate_bias_init=o.gate_bias_init)
+
+    def build_encoder_attention(self, embed_dim, cfg):
+        o = self.options
+        return RandomFeatureCrossAttention(
+            embed_dim, cfg.decoder.attention_heads, o.cross_proj_dim,
+            seed=module_seed(o.seed, self.layer_index, "cross"), kdim=cfg.encoder.embed_dim,
+            feature_map=o.feature_map, learned_tau=o.learned_tau, gate=o.gate,
+            gate_bias_init=o.gate_bias_init, cross_gate=o.cross_gate)
+
+
+class RFATransformerEncoder(TransformerEncoder):
+    """The softmax encoder; its output also carries ``src_tokens`` (the cross gate needs the
+    source's sentence starts; fairseq's ``reorder_encoder_out`` reorders them with the rest)."""
+
+    def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False, token_embeddings=None):
+        encoder_out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+        encoder_out["src_tokens"] = [src_tokens]
+        return encoder_out
+
+
+class RFATransformerDecoder(TransformerDecoder):
+    """fairseq's incremental transformer decoder built from :class:`RFADecoderLayer`."""
+
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
+        self.options = RFAOptions.from_args(args)  # before the layers are built
+        self._layers_built = 0
+        self.target_separator: Optional[int] = None
+        self.source_separator: Optional[int] = None
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
+                         output_projection=output_projection)
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        layer = RFADecoderLayer(cfg, self.options, self._layers_built, no_encoder_attn=no_encoder_attn)
+        self._layers_built += 1
+        if cfg.checkpoint_activations:
+            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+        return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
+
+    def set_separators(self, target: Optional[int], source: Optional[int]) -> None:
+        """Separator indices of the target and source dictionaries (from the task)."""
+        self.target_separator, self.source_separator = target, source
+
+    def _rfa_modules(self):
+        for layer in self.layers:
+            yield layer.self_attn, "target"
+            if layer.encoder_attn is not None:
+                yield layer.encoder_attn, "source"
+
+    def _provide_sentence_starts(self, prev_output_tokens, encoder_out, incremental_state) -> None:
+        needs_target = self.options.gate != "none"
+        needs_source = self.options.cross_gate
+        target_starts = source_starts = None
+        if needs_target:
+            if self.target_separator is None:
+                raise RuntimeError("the sentential gate needs the target separator: build the model with the "
+                                   "doc_translation task (or call decoder.set_separators)")
+            if incremental_state is not None:
+                # the current token starts a sentence when the token before it is a separator
+                target_starts = sentence_starts(prev_output_tokens[:, -2:], self.target_separator)[:, -1:]
+            else:
+                target_starts = sentence_starts(prev_output_tokens, self.target_separator)
+        if needs_source and encoder_out is not None and encoder_out.get("src_tokens"):
+            if self.source_separator is None:
+                raise RuntimeError("the cross gate needs the source separator (decoder.set_separators)")
+            source_starts = sentence_starts(encoder_out["src_tokens"][0], self.source_separator)
+        for module, side in self._rfa_modules():
+            module.sentence_starts = target_starts if side == "target" else source_starts
+
+    def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
+                         full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
+                         alignment_heads: Optional[int] = None):
+        self._provide_sentence_starts(prev_output_tokens, encoder_out, incremental_state)
+        try:
+            return super().extract_features(prev_output_tokens, encoder_out, incremental_state,
+                                            full_context_alignment, alignment_layer, alignment_heads)
+        finally:
+            for module, _ in self._rfa_modules():
+                module.sentence_starts = None
+
+
+@register_model("rfa_doc_transformer")
+class RFADocTransformerModel(DocTransformerModel):
+    """The concatenation transformer with RFA in decoder causal and cross attention (paper 000)."""
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        parser.add_argument("--rfa-cross-proj-dim", type=int, metavar="D",
+                            help="random projections of cross attention (φ has 2D features with the "
+                                 "Fourier map); paper: 256 (with 32 causal) or 128 (with 64 causal)")
+        parser.add_argument("--rfa-causal-proj-dim", type=int, metavar="D",
+                            help="random projections of decoder causal attention; paper: 32 or 64")
+        parser.add_argument("--rfa-gate", choices=GATE_VARIANTS,
+                            help="sentential gate in causal attention: none (RFA), sgate (decay the "
+                                 "previous sentences, paper §3.2) or sgate-avg (weighted average of "
+                                 "previous and current sentence)")
+        parser.add_argument("--rfa-gate-bias-init", type=float, metavar="B",
+                            help="initial gate bias b_f (paper: searched in {1, 2}); default 2 for "
+                                 "sgate, 0 for sgate-avg")
+        parser.add_argument("--rfa-cross-gate", action="store_true",
+                            help="also gate cross attention over the source's sentences (paper A.2: "
+                                 "hurt BLEU by about 1 on IWSLT)")
+        parser.add_argument("--rfa-feature-map", choices=FEATURE_MAPS,
+                            help="random feature map: fourier (sin/cos, Peng et al. 2021) or positive "
+                                 "(exp, Choromanski et al. 2021)")
+        parser.add_argument("--rfa-learned-tau", action="store_true",
+                            help="learn the feature map's temperature τ per head (default: τ = 1)")
+
+    @classmethod
+    def build_model(cls, args, task):
+        model = super().build_model(args, task)
+        model.decoder.set_separators(safe_getattr(task, "target_separator", None),
+                                     safe_getattr(task, "source_separator", None))
+        return model
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return RFATransformerEncoder(args, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return RFATransformerDecoder(args, tgt_dict, embed_tokens,
+                                     no_encoder_attn=safe_getattr(args, "no_cross_attention", False))
+
+
+def _rfa_defaults(args):
+    args.rfa_cross_proj_dim = safe_getattr(args, "rfa_cross_proj_dim", 256)
+    args.rfa_causal_proj_dim = safe_getattr(args, "rfa_causal_proj_dim", 32)
+    args.rfa_gate = safe_getattr(args, "rfa_gate", "none")
+    args.rfa_gate_bias_init = safe_getattr(args, "rfa_gate_bias_init", DEFAULT_GATE_BIAS[args.rfa_gate])
+    args.rfa_cross_gate = safe_getattr(args, "rfa_cross_gate", False)
+    args.rfa_feature_map = safe_getattr(args, "rfa_feature_map", "fourier")
+    args.rfa_learned_tau = safe_getattr(args, "rfa_learned_tau", False)
+
+
+@register_model_architecture("rfa_doc_transformer", "rfa_doc_transformer")
+def rfa_doc_transformer(args):
+    """Paper 000 sizes (those of ``doc_transformer``), RFA projections 256 (cross) + 32 (causal)."""
+    _rfa_defaults(args)
+    doc_transformer(args)
+
+
+@register_model_architecture("rfa_doc_transformer", "rfa_doc_transformer_tiny")
+def rfa_doc_transformer_tiny(args):
+    """``doc_transformer_tiny`` sizes (head dim 32) with 64 + 16 random projections."""
+    args.rfa_cross_proj_dim = safe_getattr(args, "rfa_cross_proj_dim", 64)
+    args.rfa_causal_proj_dim = safe_getattr(args, "rfa_causal_proj_dim", 16)
+    _rfa_defaults(args)
+    doc_transformer_tiny(args)

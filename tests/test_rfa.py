@@ -1,0 +1,517 @@
+"""Random feature attention with sentential gating (paper 000 §3): the three forms of the
+ops agree, RFA approximates softmax attention, the gates do what §3.2 says, and the model
+decodes incrementally exactly as it runs in one pass."""
+
+import argparse
+
+import pytest
+import torch
+from fairseq import search
+from fairseq.data import Dictionary
+from fairseq.sequence_generator import SequenceGenerator
+
+import rfa_doc_mt  # noqa: F401  (registers the task and models)
+from rfa_doc_mt.models.rfa_transformer import RFADocTransformerModel, rfa_doc_transformer_tiny
+from rfa_doc_mt.modules.random_feature_attention import (
+    RandomFeatureCausalAttention, RandomFeatureCrossAttention, RandomMatrices, causal_rfa_step, chunked_causal_rfa,
+    cross_rfa_readout, cross_rfa_state, final_key_weights, incremental_causal_rfa, orthogonal_random_matrices,
+    positive_random_features, random_fourier_features, reference_causal_rfa, reference_cross_rfa, sentence_gates,
+    split_state)
+from rfa_doc_mt.modules.sentences import sentence_ids, sentence_starts
+
+PAD, EOS, SEP = 1, 2, 3
+GATES = ["none", "sgate", "sgate-avg"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These tensors are tiny: one thread is fastest, and immune to a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def report(name, value):
+    """Agreement errors are printed (pytest -s) so that they can be quoted."""
+    print(f"[max abs diff] {name}: {value:.3g}")
+    return value
+
+
+def max_diff(a, b):
+    return (a.float() - b.float()).abs().max().item()
+
+
+def random_windows(batch, time, sentences, generator, pad_lengths=None):
+    """[batch, time] token ids with separators at random places (``sentences`` per row) and
+    right padding after ``pad_lengths[b]`` tokens."""
+    tokens = torch.randint(4, 40, (batch, time), generator=generator)
+    lengths = pad_lengths or [time] * batch
+    for b in range(batch):
+        count = sentences[b] if isinstance(sentences, (list, tuple)) else sentences
+        if count > 1:
+            cuts = torch.randperm(lengths[b] - 2, generator=generator)[:count - 1] + 1
+            tokens[b, cuts] = SEP
+        tokens[b, lengths[b]:] = PAD
+    return tokens
+
+
+def op_inputs(batch=2, heads=3, time=37, features=8, dv=5, sentences=(3, 1), gate="sgate", pad_lengths=None,
+              seed=0, logit_scale=1.0, logit_bias=0.0):
+    generator = torch.Generator().manual_seed(seed)
+    tokens = random_windows(batch, time, list(sentences), generator, pad_lengths)
+    padding = tokens.eq(PAD)
+    phi_q = torch.randn(batch, heads, time, features, generator=generator)
+    phi_k = torch.randn(batch, heads, time, features, generator=generator).abs()  # keep masses positive
+    phi_q = phi_q.abs()
+    v = torch.randn(batch, heads, time, dv, generator=generator)
+    logits = torch.randn(batch, heads, time, generator=generator) * logit_scale + logit_bias
+    return dict(tokens=tokens, padding=padding, phi_q=phi_q, phi_k=phi_k, v=v, logits=logits, gate=gate)
+
+
+def gates_of(inputs, logits):
+    return sentence_gates(logits, sentence_starts(inputs["tokens"], SEP), inputs["gate"],
+                          inputs["padding"] if inputs["padding"].any() else None)
+
+
+# ---------------------------------------------------------------------------------------
+# feature maps
+
+
+def softmax_attention(q, k, v, tau):
+    q, k = torch.nn.functional.normalize(q, dim=-1), torch.nn.functional.normalize(k, dim=-1)
+    return torch.softmax(q @ k.transpose(-1, -2) / tau ** 2, dim=-1) @ v
+
+
+# positive features have variance growing like exp(4/τ²): they are tested at a flatter τ
+@pytest.mark.parametrize("feature_map,tau", [(random_fourier_features, 0.5), (positive_random_features, 0.8)])
+def test_rfa_approximates_softmax_and_error_falls_with_more_features(feature_map, tau):
+    generator = torch.Generator().manual_seed(0)
+    heads, head_dim, time = 2, 8, 24
+    q = torch.randn(4, heads, time, head_dim, generator=generator)
+    k = q[:, :, torch.randperm(time, generator=generator)] + 0.5 * torch.randn(4, heads, time, head_dim,
+                                                                                 generator=generator)
+    v = torch.randn(4, heads, time, 6, generator=generator)
+    exact = softmax_attention(q, k, v, tau)
+    distance_from_uniform = (exact - v.mean(-2, keepdim=True)).abs().mean().item()
+    assert distance_from_uniform > 0.1
+    errors = {}
+    for projections in (8, 64, 512, 4096):
+        error = 0.0
+        for draw in range(3):
+            matrix = orthogonal_random_matrices(torch.Generator().manual_seed(draw), 1, heads, projections,
+                                                head_dim)[0]
+            tau_tensor = torch.full((heads,), tau)
+            approx = reference_cross_rfa(feature_map(q, matrix, tau_tensor), feature_map(k, matrix, tau_tensor), v)
+            error += (approx - exact).abs().mean().item() / 3
+        errors[projections] = error
+    print(f"{feature_map.__name__}: mean abs error by projections {errors}")
+    assert errors[8] > errors[64] > errors[512] > errors[4096]
+    assert errors[4096] < distance_from_uniform / 4
+
+
+def test_orthogonal_random_matrices_are_seeded_and_orthogonal_in_blocks():
+    a = orthogonal_random_matrices(torch.Generator().manual_seed(5), 2, 3, 20, 8)
+    b = orthogonal_random_matrices(torch.Generator().manual_seed(5), 2, 3, 20, 8)
+    c = orthogonal_random_matrices(torch.Generator().manual_seed(6), 2, 3, 20, 8)
+    assert a.shape == (2, 3, 20, 8) and torch.equal(a, b) and not torch.equal(a, c)
+    block = torch.nn.functional.normalize(a[0, 0, :8], dim=-1)
+    assert torch.allclose(block @ block.T, torch.eye(8), atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# causal RFA: reference = training (chunked) = incremental
+
+
+@pytest.mark.parametrize("gate", GATES)
+@pytest.mark.parametrize("time,chunk_size,sentences,pad_lengths", [
+    (1, 4, (1, 1), None),
+    (37, 8, (3, 1), [37, 30]),        # not a multiple of the chunk; padding
+    (64, 16, (15, 2), None),          # exactly 4 chunks, 15 sentences
+    (101, 32, (7, 12), [90, 101]),
+])
+def test_causal_forms_agree(gate, time, chunk_size, sentences, pad_lengths):
+    inputs = op_inputs(time=time, sentences=sentences, gate=gate, pad_lengths=pad_lengths, seed=time)
+    leaves = {name: inputs[name].clone().requires_grad_() for name in ("phi_q", "phi_k", "v", "logits")}
+
+    def run(form):
+        log_forget, key_weight = gates_of(inputs, leaves["logits"])
+        return form(leaves["phi_q"], leaves["phi_k"], leaves["v"], log_forget, key_weight)
+
+    ref_out, (ref_S, ref_z) = run(reference_causal_rfa)
+    chunk_out, chunk_state = run(lambda *a: chunked_causal_rfa(*a, chunk_size=chunk_size))
+    inc_out, inc_state = run(incremental_causal_rfa)
+    real = ~inputs["padding"].unsqueeze(1).unsqueeze(-1)  # outputs at padded queries are never used
+    name = f"causal {gate} T={time} chunk={chunk_size}"
+    assert report(f"{name} out reference-chunked", max_diff(ref_out * real, chunk_out * real)) < 1e-4
+    assert report(f"{name} out reference-incremental", max_diff(ref_out * real, inc_out * real)) < 1e-4
+    for got in (chunk_state, inc_state):
+        S, z = split_state(got)
+        assert max_diff(S, ref_S) < 1e-3 and max_diff(z, ref_z) < 1e-3
+    report(f"{name} final state reference-chunked", max(max_diff(split_state(chunk_state)[0], ref_S),
+                                                       max_diff(split_state(chunk_state)[1], ref_z)))
+    # gradients of the two differentiable forms (through gates, features and values)
+    weights = torch.randn_like(ref_out) * real
+    grads = []
+    for out, state in ((ref_out, torch.cat([ref_S, ref_z.unsqueeze(-1)], -1)), (chunk_out, chunk_state)):
+        loss = (out * weights).sum() + 0.1 * state.sum()
+        grads.append(torch.autograd.grad(loss, list(leaves.values()), allow_unused=True, retain_graph=True))
+    diffs = [max_diff(a, b) for a, b in zip(*grads) if a is not None]
+    assert report(f"{name} gradients reference-chunked", max(diffs)) < 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("gate", GATES)
+def test_causal_forms_agree_on_reduced_precision_inputs(gate, dtype):
+    """Features may arrive in bf16/fp16 (autocast, --fp16): the ops compute in fp32 and agree."""
+    inputs = op_inputs(time=45, sentences=(5, 2), gate=gate, pad_lengths=[45, 40], seed=1)
+    log_forget, key_weight = gates_of(inputs, inputs["logits"].to(dtype))
+    low = [inputs[name].to(dtype) for name in ("phi_q", "phi_k", "v")]
+    ref_out, _ = reference_causal_rfa(*low, log_forget, key_weight)
+    chunk_out, _ = chunked_causal_rfa(*low, log_forget, key_weight, chunk_size=16)
+    inc_out, _ = incremental_causal_rfa(*low, log_forget, key_weight)
+    assert ref_out.dtype == chunk_out.dtype == inc_out.dtype == torch.float32
+    real = ~inputs["padding"].unsqueeze(1).unsqueeze(-1)
+    name = f"causal {gate} {dtype} inputs"
+    assert report(f"{name} reference-chunked", max_diff(ref_out * real, chunk_out * real)) < 1e-4
+    assert report(f"{name} reference-incremental", max_diff(ref_out * real, inc_out * real)) < 1e-4
+    assert torch.isfinite(ref_out).all()
+
+
+def test_causal_step_continues_a_chunked_prefix():
+    inputs = op_inputs(time=20, sentences=(2, 4), gate="sgate-avg")
+    log_forget, key_weight = gates_of(inputs, inputs["logits"])
+    full, _ = chunked_causal_rfa(inputs["phi_q"], inputs["phi_k"], inputs["v"], log_forget, key_weight)
+    _, prefix_state = chunked_causal_rfa(*(x[:, :, :12] for x in (inputs["phi_q"], inputs["phi_k"], inputs["v"])),
+                                         log_forget[..., :12], key_weight[..., :12])
+    out, _ = causal_rfa_step(inputs["phi_q"][:, :, 12], inputs["phi_k"][:, :, 12], inputs["v"][:, :, 12],
+                             prefix_state, log_forget[..., 12].exp(), key_weight[..., 12])
+    assert max_diff(out, full[:, :, 12]) < 1e-5
+
+
+# ---------------------------------------------------------------------------------------
+# gates (§3.2)
+
+
+def test_gate_values_follow_the_paper():
+    tokens = torch.tensor([[EOS, 5, SEP, 6, 7, SEP, 8, PAD]])
+    logits = torch.arange(8.0).view(1, 1, 8)
+    log_forget, _ = sentence_gates(logits, sentence_starts(tokens, SEP), "sgate", tokens.eq(PAD))
+    expected = torch.ones(8)
+    expected[3] = torch.sigmoid(torch.tensor(2.0))  # x_3 starts a sentence: σ(logit of e_2, the separator)
+    expected[6] = torch.sigmoid(torch.tensor(5.0))
+    assert torch.allclose(log_forget.exp()[0, 0], expected)
+    _, key_weight = sentence_gates(logits, sentence_starts(tokens, SEP), "sgate-avg", tokens.eq(PAD))
+    assert torch.allclose(key_weight[0, 0], torch.tensor([1, 1, 1, 1 - expected[3], 1 - expected[3],
+                                                          1 - expected[3], 1 - expected[6], 0]))
+
+
+def _module_pair(gate, seed=3, **kwargs):
+    torch.manual_seed(seed)
+    module = RandomFeatureCausalAttention(16, 2, 8, seed=11, gate=gate, **kwargs).eval()
+    return module
+
+
+def _run_causal(module, x, tokens, padding=None):
+    module.sentence_starts = sentence_starts(tokens, SEP)
+    out, _ = module(x, x, x, key_padding_mask=padding)
+    module.sentence_starts = None
+    return out
+
+
+def test_gate_fixed_at_one_equals_ungated():
+    gated, plain = _module_pair("sgate"), _module_pair("none")
+    plain.load_state_dict(gated.state_dict(), strict=False)
+    with torch.no_grad():
+        gated.gate_proj.weight.zero_()
+        gated.gate_proj.bias.fill_(40.0)  # σ(40) = 1 in fp32
+    generator = torch.Generator().manual_seed(1)
+    tokens = random_windows(2, 30, 5, generator)
+    x = torch.randn(30, 2, 16, generator=generator)
+    assert max_diff(_run_causal(gated, x, tokens), _run_causal(plain, x, tokens)) < 1e-6
+
+
+@pytest.mark.parametrize("gate", ["sgate", "sgate-avg"])
+def test_gate_near_zero_sees_only_the_current_sentence(gate):
+    module = _module_pair(gate)
+    with torch.no_grad():
+        module.gate_proj.weight.zero_()
+        module.gate_proj.bias.fill_(-40.0)
+    generator = torch.Generator().manual_seed(2)
+    tokens = random_windows(1, 40, 4, generator)
+    x = torch.randn(40, 1, 16, generator=generator)
+    out = _run_causal(module, x, tokens)
+    ids = sentence_ids(tokens, SEP)[0]
+    for sentence in ids.unique():
+        positions = (ids == sentence).nonzero().view(-1)
+        alone = tokens[:, positions].clone()
+        alone[alone == SEP] = 4  # the sentence on its own: no separator, so no gate
+        expected = _run_causal(module, x[positions], alone)
+        assert max_diff(out[positions], expected) < 1e-5
+
+
+@pytest.mark.parametrize("gate", GATES)
+def test_an_example_is_unchanged_by_longer_examples_in_its_batch(gate):
+    """The authors' release applied extra gate factors to rows with fewer separators than the
+    longest row; here every row is computed on its own."""
+    module = _module_pair(gate)
+    generator = torch.Generator().manual_seed(4)
+    short = random_windows(1, 12, 2, generator)
+    longer = random_windows(2, 50, 9, generator)
+    batch = torch.full((3, 50), PAD)
+    batch[0, :12] = short[0]
+    batch[1:] = longer
+    x = torch.randn(50, 3, 16, generator=generator)
+    alone = _run_causal(module, x[:12, :1], short)
+    batched = _run_causal(module, x, batch, batch.eq(PAD))
+    assert report(f"alone vs batched {gate}", max_diff(alone[:, 0], batched[:12, 0])) < 1e-6
+
+
+# ---------------------------------------------------------------------------------------
+# modules: full forward = incremental, numerics
+
+
+def _incremental(module, x, tokens, padding=None):
+    state, outputs = {}, []
+    for t in range(x.size(0)):
+        module.sentence_starts = sentence_starts(tokens[:, max(0, t - 1):t + 1], SEP)[:, -1:]
+        out, _ = module(x[t:t + 1], x[t:t + 1], x[t:t + 1], incremental_state=state,
+                        key_padding_mask=None if padding is None else padding[:, t:t + 1])
+        outputs.append(out)
+    module.sentence_starts = None
+    return torch.cat(outputs, 0), state
+
+
+@pytest.mark.parametrize("gate", GATES)
+@pytest.mark.parametrize("feature_map", ["fourier", "positive"])
+def test_causal_module_incremental_equals_full(gate, feature_map):
+    module = _module_pair(gate, feature_map=feature_map, learned_tau=True, chunk_size=16)
+    with torch.no_grad():
+        module.tau.copy_(torch.tensor([0.7, 1.3]))
+    generator = torch.Generator().manual_seed(5)
+    tokens = random_windows(3, 41, [4, 1, 7], generator, pad_lengths=[41, 29, 35])
+    x = torch.randn(41, 3, 16, generator=generator)
+    padding = tokens.eq(PAD)
+    full = _run_causal(module, x, tokens, padding)
+    incremental, _ = _incremental(module, x, tokens, padding)
+    real = ~padding.T.unsqueeze(-1)
+    assert report(f"causal module {gate} {feature_map} full-incremental",
+                  max_diff(full * real, incremental * real)) < 1e-5
+
+
+@pytest.mark.parametrize("gate", GATES)
+def test_long_windows_and_reduced_precision_stay_finite(gate):
+    module = _module_pair(gate).train()
+    generator = torch.Generator().manual_seed(6)
+    tokens = random_windows(2, 300, 15, generator)  # L = 15 windows of ~300 tokens
+    x = (3 * torch.randn(300, 2, 16, generator=generator)).requires_grad_()
+    out = _run_causal(module, x, tokens)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+    module.eval()
+    reference = _run_causal(module, x.detach(), tokens)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = _run_causal(module, x.detach(), tokens)
+        low_incremental, _ = _incremental(module, x.detach(), tokens)
+    assert torch.isfinite(low).all() and torch.isfinite(low_incremental).all()
+    scale = reference.abs().max().item()
+    assert report(f"bf16 autocast vs fp32 ({gate}), relative", max_diff(low, reference) / scale) < 0.05
+    assert report(f"bf16 full vs incremental ({gate}), relative", max_diff(low, low_incremental) / scale) < 0.02
+    half = _module_pair(gate).half()
+    half_out = _run_causal(half, x.detach().half(), tokens)
+    assert half_out.dtype == torch.float16 and torch.isfinite(half_out).all()
+
+
+# ---------------------------------------------------------------------------------------
+# cross RFA
+
+
+def test_cross_forms_agree_with_padding():
+    inputs = op_inputs(time=23, gate="none", pad_lengths=[23, 15])
+    keep = (~inputs["padding"]).float().unsqueeze(1).expand(-1, 3, -1)
+    reference = reference_cross_rfa(inputs["phi_q"], inputs["phi_k"], inputs["v"], keep)
+    fast = cross_rfa_readout(inputs["phi_q"], cross_rfa_state(inputs["phi_k"], inputs["v"], keep))
+    assert report("cross reference-state/readout", max_diff(reference, fast)) < 1e-5
+
+
+@pytest.mark.parametrize("gate", GATES)
+def test_cross_gate_summary_is_the_final_causal_state(gate):
+    inputs = op_inputs(time=33, gate=gate, sentences=(4, 2), pad_lengths=[33, 26])
+    log_forget, key_weight = gates_of(inputs, inputs["logits"])
+    _, state = chunked_causal_rfa(inputs["phi_q"], inputs["phi_k"], inputs["v"], log_forget, key_weight)
+    weights = final_key_weights(log_forget, key_weight)
+    assert max_diff(cross_rfa_state(inputs["phi_k"], inputs["v"], weights), state) < 1e-4
+
+
+@pytest.mark.parametrize("cross_gate", [False, True])
+def test_cross_module_caches_the_source_summary_and_shares_it_across_beams(cross_gate):
+    torch.manual_seed(0)
+    module = RandomFeatureCrossAttention(16, 2, 32, seed=3, kdim=12, gate="sgate" if cross_gate else "none",
+                                         cross_gate=cross_gate).eval()
+    generator = torch.Generator().manual_seed(7)
+    src = random_windows(2, 9, 3, generator, pad_lengths=[9, 6])
+    encoder_out = torch.randn(9, 2, 12, generator=generator)
+    query = torch.randn(5, 2, 16, generator=generator)
+    module.sentence_starts = sentence_starts(src, SEP)
+    full, _ = module(query, encoder_out, encoder_out, key_padding_mask=src.eq(PAD))
+    # beam search: rows [sentence, beam], the summary computed once per sentence
+    beam = 3
+    module.set_beam_size(beam)
+    expand = torch.arange(2).repeat_interleave(beam)
+    module.sentence_starts = sentence_starts(src, SEP)[expand]
+    state, steps = {}, []
+    for t in range(5):
+        out, _ = module(query[t:t + 1, expand], encoder_out[:, expand], encoder_out[:, expand],
+                        key_padding_mask=src.eq(PAD)[expand], incremental_state=state)
+        steps.append(out)
+        module.sentence_starts = None  # no longer needed once the summary is cached
+        module.reorder_incremental_state(state, torch.tensor([2, 0, 0, 4, 5, 3]))
+    summary = module._get_input_buffer(state)["state"]
+    assert summary.size(0) == 2  # one summary per sentence, not per beam
+    incremental = torch.cat(steps, 0)
+    assert report(f"cross module full-incremental (cross gate {cross_gate})",
+                  max_diff(incremental, full[:, expand])) < 1e-5
+    # a sentence leaves the batch: the summaries follow
+    module.reorder_incremental_state(state, torch.tensor([3, 4, 5]))
+    assert torch.equal(module._get_input_buffer(state)["state"], summary[1:])
+    module.set_beam_size(1)
+
+
+# ---------------------------------------------------------------------------------------
+# random matrices
+
+
+def test_random_matrices_are_seeded_drawn_per_update_and_fixed_in_eval():
+    a, b = RandomMatrices(2, 8, 4, seed=9), RandomMatrices(2, 8, 4, seed=9)
+    other_layer = RandomMatrices(2, 8, 4, seed=10)
+    assert torch.equal(a.bank, b.bank) and not torch.equal(a.bank, other_layer.bank)
+    draws_a, draws_b = [], []
+    for update in range(6):
+        a.set_num_updates(update)
+        b.set_num_updates(update)
+        for _ in range(2):  # two micro-batches per update: new draws, same on every worker
+            draws_a.append(a())
+            b.set_num_updates(update)  # fairseq calls it before every micro-batch
+            draws_b.append(b())
+    assert all(torch.equal(x, y) for x, y in zip(draws_a, draws_b))
+    assert len({tuple(x.flatten()[:3].tolist()) for x in draws_a}) > 3
+    torch.manual_seed(0)
+    first = a()
+    torch.manual_seed(1)  # global RNG plays no part
+    a.draws_in_update -= 1
+    assert torch.equal(first, a())
+    a.eval()
+    assert torch.equal(a(), a()) and torch.equal(a(), a.eval_matrix)
+
+
+# ---------------------------------------------------------------------------------------
+# decoder level
+
+
+def tiny_model(gate="none", cross_gate=False, seed=1, extra=()):
+    dictionary = Dictionary()
+    for i in range(36):
+        dictionary.add_symbol(f"w{i}")
+    separator = dictionary.add_symbol("<sep>")
+    assert separator == 40
+
+    class Task:
+        source_dictionary = target_dictionary = dictionary
+        source_separator = target_separator = separator
+
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
+    RFADocTransformerModel.add_args(parser)
+    argv = ["--rfa-gate", gate, "--encoder-layers", "1", "--decoder-layers", "2", "--dropout", "0"] + list(extra)
+    if cross_gate:
+        argv.append("--rfa-cross-gate")
+    args = parser.parse_args(argv)
+    args.seed = seed
+    rfa_doc_transformer_tiny(args)
+    torch.manual_seed(seed)
+    return RFADocTransformerModel.build_model(args, Task()).eval(), dictionary
+
+
+def model_windows(batch, time, sentences, generator, lengths=None, separator=40):
+    tokens = torch.randint(4, 40, (batch, time), generator=generator)
+    lengths = lengths or [time] * batch
+    for b in range(batch):
+        cuts = torch.randperm(lengths[b] - 3, generator=generator)[:sentences - 1] + 1
+        tokens[b, cuts] = separator
+        tokens[b, lengths[b] - 1] = EOS
+        tokens[b, lengths[b]:] = PAD
+    return tokens
+
+
+@pytest.mark.parametrize("gate,cross_gate", [("none", False), ("sgate", False), ("sgate-avg", False),
+                                             ("sgate", True)])
+def test_decoder_token_by_token_equals_one_forward_pass(gate, cross_gate):
+    model, _ = tiny_model(gate, cross_gate, extra=["--rfa-gate-bias-init", "0.5"])
+    generator = torch.Generator().manual_seed(8)
+    src = model_windows(3, 17, 3, generator, lengths=[17, 11, 14])
+    target = model_windows(3, 21, 4, generator, lengths=[21, 21, 16])
+    prev = torch.cat([torch.full((3, 1), EOS), target[:, :-1]], 1)
+    prev[2, 16:] = PAD  # fairseq's collater: EOS moved to the front, the row still 16 long
+    encoder_out = model.encoder(src, src.ne(PAD).sum(1))
+    full, _ = model.decoder(prev, encoder_out)
+    state, steps = {}, []
+    for t in range(21):
+        out, _ = model.decoder(prev[:, :t + 1], encoder_out, incremental_state=state)
+        steps.append(out)
+    incremental = torch.cat(steps, 1)
+    real = prev.ne(PAD).unsqueeze(-1)
+    assert report(f"decoder logits full-incremental {gate} cross_gate={cross_gate}",
+                  max_diff(full * real, incremental * real)) < 1e-4
+    with torch.no_grad():  # as in beam search: the state is then updated in place
+        state, steps = {}, []
+        for t in range(21):
+            steps.append(model.decoder(prev[:, :t + 1], encoder_out, incremental_state=state)[0])
+            model.decoder.reorder_incremental_state_scripting(state, torch.arange(3))
+    assert max_diff(torch.cat(steps, 1) * real, incremental * real) < 1e-5
+    # and an example alone gives what it gives in the batch
+    alone, _ = model.decoder(prev[2:, :16], model.encoder(src[2:, :14], torch.tensor([14])))
+    assert max_diff(alone[0], full[2, :16]) < 1e-4
+
+
+def _generate(model, dictionary, src, beam=4, max_len=12):
+    generator = SequenceGenerator([model], dictionary, beam_size=beam, max_len=max_len, min_len=3,
+                                  search_strategy=search.BeamSearch(dictionary))
+    sample = {"net_input": {"src_tokens": src, "src_lengths": src.ne(PAD).sum(1)}}
+    return generator.generate([model], sample)
+
+
+@pytest.mark.parametrize("gate", GATES)
+def test_beam_search_batched_equals_one_sentence_at_a_time(gate):
+    model, dictionary = tiny_model(gate)
+    generator = torch.Generator().manual_seed(9)
+    src = model_windows(3, 15, 3, generator, lengths=[15, 9, 12])
+    batched = _generate(model, dictionary, src)
+    for row, length in enumerate([15, 9, 12]):
+        alone = _generate(model, dictionary, src[row:row + 1, :length])[0]
+        for hypothesis, expected in zip(batched[row], alone):
+            assert torch.equal(hypothesis["tokens"], expected["tokens"])
+            assert abs(hypothesis["score"].item() - expected["score"].item()) < 1e-4
+
+
+def test_checkpoint_round_trip_restores_outputs_and_buffers(tmp_path):
+    model, _ = tiny_model("sgate", seed=1)
+    restored, _ = tiny_model("sgate", seed=2)  # different seed: different random matrices before loading
+    generator = torch.Generator().manual_seed(10)
+    src = model_windows(2, 13, 2, generator)
+    prev = model_windows(2, 11, 3, generator)
+    prev = torch.cat([torch.full((2, 1), EOS), prev[:, :-1]], 1)
+
+    def logits(m):
+        return m.decoder(prev, m.encoder(src, torch.tensor([13, 13])))[0]
+
+    assert max_diff(logits(model), logits(restored)) > 1e-3
+    path = tmp_path / "model.pt"
+    torch.save(model.state_dict(), path)
+    restored.load_state_dict(torch.load(path))
+    assert torch.equal(logits(model), logits(restored))
+    for (name, buffer), (_, other) in zip(model.named_buffers(), restored.named_buffers()):
+        assert torch.equal(buffer, other), name
+    # training draws follow the restored seed too
+    model.train(), restored.train()
+    model.set_num_updates(7), restored.set_num_updates(7)
+    assert torch.equal(model.decoder.layers[1].self_attn.random_matrices(),
+                       restored.decoder.layers[1].self_attn.random_matrices())
