@@ -12,7 +12,7 @@ sentences, the current sentence being its last one.
 """
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -96,13 +96,19 @@ class DocumentWindowDataset(FairseqDataset):
         supervise_window: loss on the whole target window (True) or only on the current
             sentence (False: context positions are padding in ``target``)
         document_ordered: batches hold the k-th sentence of a group of documents, in
-            order of k (needed when decoding reads translations of earlier windows)
+            order of k (needed when decoding reads translations of earlier windows); batches
+            then also say which document and position each row is (``window["document"]``,
+            ``window["position"]``)
+        sentence_steps: a batch may hold several sentence positions of a document group (an
+            optimisation window of the recurrent-memory model, :func:`memory_training_batches`);
+            the collater returns them as ``{"steps": [one batch per position, in order],
+            "context_steps": 0 or 1, ...}``. Needs ``document_ordered``.
     """
 
     def __init__(self, source, target, documents: Sequence[Document], context_size: int,
                  source_separator: int, target_separator: int, pad: int, eos: int, fixed_window: bool = False,
                  supervise_window: bool = True, shuffle: bool = True,
-                 document_ordered: bool = False):
+                 document_ordered: bool = False, sentence_steps: bool = False):
         self.source = source
         self.target = target
         self.documents = list(documents)
@@ -115,6 +121,9 @@ class DocumentWindowDataset(FairseqDataset):
         self.supervise_window = supervise_window
         self.shuffle = shuffle
         self.document_ordered = document_ordered
+        if sentence_steps and not document_ordered:
+            raise ValueError("sentence_steps needs document_ordered batches")
+        self.sentence_steps = sentence_steps
         self.index = build_window_index(self.documents, context_size, fixed_window)
         self.source_sizes = self._window_sizes(np.asarray(source.sizes))
         self.target_sizes = self._window_sizes(np.asarray(target.sizes)) if target is not None else None
@@ -187,6 +196,36 @@ class DocumentWindowDataset(FairseqDataset):
                                         max_tokens, max_sentences)
 
     def collater(self, samples):
+        if self.sentence_steps and samples:
+            return self.collate_sentence_steps(samples)
+        return self.collate_windows(samples)
+
+    def collate_sentence_steps(self, samples):
+        """One batch per sentence position, in order. When the first position is not a
+        document's first sentence, a *context step* comes first: the sentences just before it,
+        of the same documents (no loss: the memory model recomputes them for the memory they
+        write, generation/memory_decoding.py)."""
+        ids = np.array([s["id"] for s in samples])
+        positions = self.index.position[ids]
+        steps = [self.collate_windows([s for s, p in zip(samples, positions) if p == position])
+                 for position in np.unique(positions)]
+        context_steps = 0
+        if positions.min() > 0:
+            previous = ids[positions == positions.min()] - 1
+            # windows are numbered document by document: window i - 1 holds the sentence before
+            assert np.all(self.index.document[previous] == self.index.document[previous + 1])
+            steps.insert(0, self.collate_windows([self[i] for i in previous.tolist()]))
+            context_steps = 1
+        supervised = steps[context_steps:]
+        return {
+            "id": torch.cat([step["id"] for step in supervised]),
+            "steps": steps,
+            "context_steps": context_steps,
+            "nsentences": sum(step["nsentences"] for step in supervised),
+            "ntokens": sum(step["ntokens"] for step in supervised),
+        }
+
+    def collate_windows(self, samples):
         if not samples:
             return {}
         ids = torch.LongTensor([s["id"] for s in samples])
@@ -204,6 +243,9 @@ class DocumentWindowDataset(FairseqDataset):
                 "src_lengths": torch.LongTensor([len(s["source"]) for s in samples]),
             },
         }
+        if self.document_ordered:
+            batch["window"]["document"] = torch.from_numpy(self.index.document[ids.numpy()])
+            batch["window"]["position"] = torch.from_numpy(self.index.position[ids.numpy()])
         if self.target is not None:
             targets = [s["target"] for s in samples]
             target = data_utils.collate_tokens(targets, self.pad, self.eos)
@@ -226,15 +268,10 @@ class DocumentWindowDataset(FairseqDataset):
             self.source_sizes, self.target_sizes, indices, max_sizes)
 
 
-def document_ordered_batches(index: WindowIndex, indices: np.ndarray, num_tokens: np.ndarray,
-                             max_tokens: Optional[int], max_sentences: Optional[int]) -> List[np.ndarray]:
-    """Batches in which sentence k of a document comes after its sentence k-1's batch.
-
-    Documents are split into groups (as many as fit ``max_sentences`` / ``max_tokens`` at
-    their longest window); a group yields one batch per sentence position, in order.
-    """
-    keep = np.zeros(len(index), dtype=bool)
-    keep[indices] = True
+def document_groups(index: WindowIndex, indices: np.ndarray, num_tokens: np.ndarray,
+                    max_tokens: Optional[int], max_sentences: Optional[int]) -> List[List[int]]:
+    """Documents (of ``indices``' windows) split into consecutive groups, as many documents
+    per group as fit ``max_sentences`` / ``max_tokens`` at their longest window."""
     documents = np.unique(index.document[indices])
     limit_sentences = max_sentences or len(documents)
     groups, group, group_tokens = [], [], 0
@@ -249,10 +286,77 @@ def document_ordered_batches(index: WindowIndex, indices: np.ndarray, num_tokens
         group_tokens = max(group_tokens, longest[document])
     if group:
         groups.append(group)
+    return groups
+
+
+def group_members(index: WindowIndex, indices: np.ndarray, groups: Sequence[Sequence[int]]) -> List[np.ndarray]:
+    """For each group of :func:`document_groups`, the windows of ``indices`` that belong to its
+    documents, in index order (groups are runs of consecutive documents, and windows are
+    numbered document by document, so each group's windows are one slice of the sorted indices)."""
+    kept = np.sort(np.asarray(indices, dtype=np.int64))
+    documents = index.document[kept]
+    if len(documents) > 1 and np.any(np.diff(documents) < 0):
+        raise ValueError("windows must be numbered document by document")
+    return [kept[np.searchsorted(documents, group[0], "left"):np.searchsorted(documents, group[-1], "right")]
+            for group in groups]
+
+
+def document_ordered_batches(index: WindowIndex, indices: np.ndarray, num_tokens: np.ndarray,
+                             max_tokens: Optional[int], max_sentences: Optional[int]) -> List[np.ndarray]:
+    """Batches in which sentence k of a document comes after its sentence k-1's batch.
+
+    Documents are split into groups (as many as fit ``max_sentences`` / ``max_tokens`` at
+    their longest window); a group yields one batch per sentence position, in order.
+    """
     batches = []
-    for group in groups:
-        members = np.nonzero(np.isin(index.document, group) & keep)[0]
+    groups = document_groups(index, indices, num_tokens, max_tokens, max_sentences)
+    for members in group_members(index, indices, groups):
         positions = index.position[members]
         for position in np.unique(positions):
             batches.append(members[positions == position])
+    return batches
+
+
+def parse_optimization_window(value: str) -> Tuple[int, Optional[int]]:
+    """``"N"``, ``"A-B"`` or ``"full"`` -> (fewest, most) sentence positions per update;
+    None for most means a whole document group."""
+    text = str(value).strip()
+    if text == "full":
+        return 1, None
+    try:
+        low, _, high = text.partition("-")
+        low, high = int(low), int(high or low)
+    except ValueError:
+        raise ValueError(f"--optimization-window {value!r}: expected N, A-B or full") from None
+    if not 1 <= low <= high:
+        raise ValueError(f"--optimization-window {value!r}: need 1 <= A <= B")
+    return low, high
+
+
+def memory_training_batches(index: WindowIndex, groups: Sequence[np.ndarray],
+                            window: Tuple[int, Optional[int]], rng: np.random.RandomState) -> List[np.ndarray]:
+    """Training batches of the recurrent-memory model (paper 004, §4.2 and §5.3).
+
+    ``groups``: the windows of each document group (:func:`group_members`). The groups come in
+    a random order (``rng``); each group's sentence positions are cut, in order, into
+    consecutive *optimisation windows* of a random number of positions drawn uniformly from
+    ``window`` (the whole group for ``"full"``). One batch per window, one update per batch:
+    the gradients of its sentences are accumulated before the update (§5.3).
+
+    Each sentence's loss reaches the sentence before it through the memory, so training
+    recomputes that previous sentence; for the first position of a window the collater
+    (``sentence_steps``) adds it as a *context step*.
+    """
+    low, high = window
+    batches = []
+    for group_number in rng.permutation(len(groups)):
+        members = groups[group_number]
+        positions = index.position[members]
+        ends = np.unique(positions)
+        start = 0
+        while start < len(ends):
+            size = len(ends) if high is None else int(rng.randint(low, high + 1))
+            stop = min(start + size, len(ends))
+            batches.append(members[(positions >= ends[start]) & (positions <= ends[stop - 1])])
+            start = stop
     return batches

@@ -87,6 +87,8 @@ class CandidateScorer:
     @torch.no_grad()
     def losses(self, pairs: Sequence[tuple]) -> List[float]:
         """One loss per (source text, candidate text) pair."""
+        if hasattr(self.model, "score_candidates"):
+            return self.losses_sentence_by_sentence(pairs)
         task = self.task
         pad, eos = task.tgt_dict.pad(), task.tgt_dict.eos()
         result: List[float] = []
@@ -105,6 +107,21 @@ class CandidateScorer:
             scored = current_sentence_mask(target, task.target_separator) & target.ne(pad)
             per_row = (token_nll * scored).sum(-1) / scored.sum(-1).clamp(min=1)
             result.extend(per_row.tolist())
+        return result
+
+    @torch.no_grad()
+    def losses_sentence_by_sentence(self, pairs: Sequence[tuple]) -> List[float]:
+        """For models that read a document one sentence at a time (the recurrent memory):
+        every sentence of the example is given, the model reads the context first."""
+        def encode(text, dictionary):
+            return [dictionary.encode_line(s, add_if_not_exist=False, append_eos=True).long()
+                    for s in split_sentences(text, "contrastive example")]
+
+        result: List[float] = []
+        for start in range(0, len(pairs), self.batch_size):
+            chunk = pairs[start:start + self.batch_size]
+            result += self.model.score_candidates([encode(s, self.task.src_dict) for s, _ in chunk],
+                                                  [encode(t, self.task.tgt_dict) for _, t in chunk])
         return result
 
     def score_examples(self, examples: Sequence[dict]) -> List[List[float]]:

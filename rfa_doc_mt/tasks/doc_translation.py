@@ -10,21 +10,31 @@ Decoding (``fairseq-generate``) translates every window and keeps only the trans
 its last sentence (paper 000, Figure 1). ``--decode-mode forced-prefix`` instead forces the
 model's own translations of the context sentences as the decoder prefix (the behaviour of
 the authors' release); windows are then decoded in document order.
+
+``--recurrent-memory`` (the ``memory_doc_transformer`` of paper 004) reads documents one sentence
+at a time and carries a memory from each sentence to the next: every split is batched in
+document order (batch t holds sentence t of a group of documents), training in optimisation
+windows of ``--optimization-window`` sentence positions, document groups shuffled per epoch but
+never the sentences within one; generation/memory_decoding.py carries the memories.
 """
 
 import logging
 import os
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from fairseq import utils
-from fairseq.data import data_utils
+from fairseq.data import data_utils, iterators
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..data.io import DataError, read_docs
-from ..data.windows import DocumentWindowDataset, current_sentence_mask, last_sentence
+from ..data.windows import (DocumentWindowDataset, current_sentence_mask, document_groups, group_members,
+                            last_sentence, memory_training_batches, parse_optimization_window)
+from ..generation import memory_decoding
+from ..generation.memory_decoding import DocumentMemories
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +60,15 @@ class DocTranslationConfig(TranslationConfig):
         metadata={"help": "free: translate the whole window, keep its last sentence (paper 000); "
                           "forced-prefix: force earlier translations as the decoder prefix"})
     left_pad_source: bool = field(default=False, metadata={"help": "pad the source on the left"})
+    recurrent_memory: bool = field(
+        default=False,
+        metadata={"help": "for memory_doc_transformer (paper 004): one sentence per row (--context-size 0), "
+                          "documents read in order with their memories carried from batch to batch"})
+    optimization_window: str = field(
+        default="1",
+        metadata={"help": "with --recurrent-memory: sentence positions per update, N, A-B (drawn uniformly "
+                          "for each update) or full (a whole document group); the window's losses are "
+                          "back-propagated together (paper 004 §5.3)"})
 
 
 @register_task("doc_translation", dataclass=DocTranslationConfig)
@@ -67,6 +86,14 @@ class DocTranslationTask(TranslationTask):
             raise ValueError("--decode-mode forced-prefix needs sliding windows, not --fixed-window")
         # translations of current sentences, kept for forced-prefix decoding: {sentence: tokens}
         self.translations = {}
+        if cfg.recurrent_memory:
+            if cfg.context_size != 0 or cfg.fixed_window or cfg.decode_mode != "free":
+                raise ValueError("--recurrent-memory reads one sentence per row: use --context-size 0, "
+                                 "no --fixed-window, --decode-mode free")
+            self.optimization_window = parse_optimization_window(cfg.optimization_window)
+            # memories of the documents being read, between batches (training / everything else)
+            self.train_memories = DocumentMemories()
+            self.eval_memories = DocumentMemories()
 
     @classmethod
     def setup_task(cls, cfg: DocTranslationConfig, **kwargs):
@@ -100,12 +127,56 @@ class DocTranslationTask(TranslationTask):
             fixed_window=self.cfg.fixed_window,
             supervise_window=self.cfg.supervision == "window",
             shuffle=split == self.cfg.train_subset,
-            document_ordered=self.cfg.decode_mode == "forced-prefix" and split != self.cfg.train_subset,
+            document_ordered=self.cfg.recurrent_memory or (
+                self.cfg.decode_mode == "forced-prefix" and split != self.cfg.train_subset),
+            sentence_steps=self.cfg.recurrent_memory and split == self.cfg.train_subset,
         )
         dataset.check_positions(self.cfg.max_source_positions, self.cfg.max_target_positions, docs_path)
         logger.info(f"{split}: {len(documents)} documents, {len(source)} sentences, {len(dataset)} windows "
                     f"of up to {self.cfg.context_size + 1} sentences")
         self.datasets[split] = dataset
+
+    def get_batch_iterator(self, dataset, max_tokens=None, max_sentences=None, max_positions=None,
+                           ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1, num_shards=1,
+                           shard_id=0, num_workers=0, epoch=1, data_buffer_size=0, disable_iterator_cache=False,
+                           skip_remainder_batch=False, grouped_shuffling=False, update_epoch_batch_itr=False):
+        if not getattr(dataset, "sentence_steps", False):
+            return super().get_batch_iterator(
+                dataset, max_tokens, max_sentences, max_positions, ignore_invalid_inputs,
+                required_batch_size_multiple, seed, num_shards, shard_id, num_workers, epoch, data_buffer_size,
+                disable_iterator_cache, skip_remainder_batch, grouped_shuffling, update_epoch_batch_itr)
+        # recurrent-memory training: fixed document groups, their order drawn anew each epoch
+        if num_shards > 1:
+            raise NotImplementedError("--recurrent-memory trains on one worker: a document group's "
+                                      "sentences must follow each other through one model")
+        with data_utils.numpy_seed(seed):
+            indices = dataset.ordered_indices()
+        if max_positions is not None:
+            indices = self.filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
+        index = dataset.index
+        groups = group_members(index, indices, document_groups(
+            index, indices, dataset.num_tokens_vec(np.arange(len(dataset))), max_tokens, max_sentences))
+        window = self.optimization_window
+
+        def batches_for_epoch(dataset, epoch):
+            return memory_training_batches(index, groups, window, np.random.RandomState((seed, epoch)))
+
+        return iterators.EpochBatchIterator(
+            dataset=dataset, collate_fn=dataset.collater, batch_sampler=batches_for_epoch, seed=seed,
+            num_workers=num_workers, epoch=epoch, buffer_size=data_buffer_size,
+            disable_shuffling=True,  # the order is the point: batches_for_epoch shuffles groups only
+            skip_remainder_batch=skip_remainder_batch)
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if not self.cfg.recurrent_memory:
+            return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        return memory_decoding.train_step(self.train_memories, sample, model, criterion, optimizer,
+                                          update_num, ignore_grad)
+
+    def valid_step(self, sample, model, criterion):
+        if not self.cfg.recurrent_memory:
+            return super().valid_step(sample, model, criterion)
+        return memory_decoding.valid_step(self.eval_memories, sample, model, criterion)
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         raise NotImplementedError("doc_translation decodes binarized documents: use fairseq-generate")
@@ -132,8 +203,12 @@ class DocTranslationTask(TranslationTask):
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         if self.cfg.decode_mode == "forced-prefix":
             prefix_tokens = self.forced_prefix(sample)
-        with torch.no_grad():
-            hypotheses = generator.generate(models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
+        if self.cfg.recurrent_memory:
+            hypotheses = memory_decoding.inference_step(self.eval_memories, generator, models, sample,
+                                                        prefix_tokens, constraints)
+        else:
+            with torch.no_grad():
+                hypotheses = generator.generate(models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
         for row, beam in enumerate(hypotheses):
             for hypothesis in beam:
                 keep_last_sentence(hypothesis, self.target_separator)
