@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Peak training memory of full attention vs LSH attention over context sizes (paper 003, Table 2):
-#   scripts/bench_memory.sh OUT_DIR [python -m rfa_doc_mt.bench.memory run options...]
+#   scripts/bench_memory.sh OUT_DIR [python -m rfa_doc_mt.bench.training_memory run options...]
 # Writes OUT_DIR/memory.json (machine, commit, settings, every run) and OUT_DIR/memory.png (drawn
 # from the JSON in a separate step). Every measurement runs in a fresh process, one at a time.
 # Defaults: paper sizes, 5200 tokens a batch, k in {0, 3, 9, 12}, CPU max RSS (--device cuda:
@@ -12,5 +12,5 @@ source "$(dirname "$0")/common.sh"
 out=$1; shift
 mkdir -p "$out"
 log "measuring (each setting in a fresh process) -> $out/memory.json"
-"$PYTHON" -m rfa_doc_mt.bench.memory run --out "$out/memory.json" "$@"
-"$PYTHON" -m rfa_doc_mt.bench.memory plot "$out/memory.json" --out "$out/memory.png"
+"$PYTHON" -m rfa_doc_mt.bench.training_memory run --out "$out/memory.json" "$@"
+"$PYTHON" -m rfa_doc_mt.bench.training_memory plot "$out/memory.json" --out "$out/memory.png"

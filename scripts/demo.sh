@@ -5,11 +5,12 @@
 # and write it with a bar plot to $DEMO_DIR (default work/demo). Re-running resumes.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-DEMO_DIR=${DEMO_DIR:-$ROOT/work/demo}
+export DEMO_DIR=${DEMO_DIR:-$ROOT/work/demo}  # configs/demo/memory_L1.sh finds its stage-1 model here
 DATA=$DEMO_DIR/data
 # "table name=config name" in table order; configs live in configs/demo/
 SYSTEMS=(
   "Transformer L=1=transformer_L1"
+  "Memory (from L=1)=memory_L1"
   "Transformer L=4=transformer_L4"
   "Long-short L=4=lstm_L4"
   "LSH self+cross L=4=lsh_L4"

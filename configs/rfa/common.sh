@@ -32,9 +32,9 @@ case "$GATE" in
   sgate-avg) GATE_ARGS="--rfa-gate sgate-avg --rfa-gate-bias-init 0" ;;
   *) echo "configs/rfa/common.sh: GATE must be none, sgate or sgate-avg, got '$GATE'" >&2; return 2 ;;
 esac
-# OpenSubtitles documents are already 4-sentence windows (Voita et al.): one window per document
-FIXED=""; [ "$CORPUS" != iwslt ] && FIXED="--fixed-window"
-TASK_ARGS="--context-size $((WINDOW - 1)) $FIXED"
+# Paper 000 §4 and Table 2 follow Ma et al. (2021b): each 4-sentence OpenSubtitles window is a
+# separate document, processed with stride-one windows like IWSLT (so no --fixed-window here).
+TASK_ARGS="--context-size $((WINDOW - 1))"
 MODEL_ARGS="--arch rfa_doc_transformer --share-all-embeddings $RFA_DIMS $GATE_ARGS"
 TRAIN_ARGS="--optimizer adam --adam-betas (0.9,0.98) --clip-norm 0.0 --lr 1e-3 --lr-scheduler inverse_sqrt
   --warmup-updates 8000 --warmup-init-lr 1e-07 --weight-decay 0.0001 --max-tokens 4096 --update-freq 4

@@ -30,8 +30,6 @@ import argparse
 import json
 import math
 import os
-import platform
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
@@ -39,6 +37,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 import torch
+
+from .common import commit_info, machine_info, save_figure, write_json
 
 # paper 000, Table 3: batch size used to decode each window size L (32 GB A100; also its CPU runs)
 PAPER_BATCH_SIZES = {1: 1024, 2: 512, 3: 512, 4: 256, 5: 256, 10: 128, 15: 96}
@@ -229,35 +229,8 @@ def decode_batch(model, dataset, indices: List[int], beam: int, device: str) -> 
 # run
 
 
-def machine_info(device: str) -> Dict:
-    info = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": device}
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        info["cpu"] = names[0] if names else platform.processor()
-    except OSError:
-        info["cpu"] = platform.processor()
-    if device.startswith("cuda"):
-        info["gpu"] = torch.cuda.get_device_name(device)
-    try:
-        info["load_average_at_start"] = os.getloadavg()
-    except OSError:
-        pass
-    return info
 
 
-def commit_info() -> Dict:
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-    def git(*args):
-        try:
-            return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
-                                  check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return None
-
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
 
 
 def scaled_batch_size(window_size: int, scale: float) -> int:
@@ -327,13 +300,6 @@ def run(args) -> Dict:
     return result
 
 
-def write_json(result: Dict, path: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    temporary = path + ".tmp"
-    with open(temporary, "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(temporary, path)
 
 
 # ---------------------------------------------------------------------------------------
@@ -371,10 +337,7 @@ def plot(json_path: str, out: str) -> None:
     device = machine.get("gpu") or f"{machine.get('cpu', '?')} ({threads} thread{'' if threads == 1 else 's'})"
     figure.suptitle(f"Decoding speed, beam {result['settings']['beam']}, {device}", fontsize=9)
     figure.tight_layout()
-    temporary = out + ".tmp.png"
-    figure.savefig(temporary, dpi=150)
-    os.replace(temporary, out)
-    print(f"wrote {out}")
+    save_figure(figure, out)
 
 
 def main(argv=None) -> int:

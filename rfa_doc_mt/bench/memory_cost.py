@@ -37,7 +37,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-from .decode_speed import commit_info, machine_info, write_json
+from .common import commit_info, machine_info, save_figure, write_json
 
 LENGTHS = (100, 250, 500, 1000, 1500, 2000)
 QUICK_LENGTHS = (100, 500, 1000)
@@ -265,10 +265,7 @@ def plot(json_path: str, out: str) -> None:
     figure.suptitle(f"Decoding cost, beam {settings['beam']}, chunks of {settings['chunk_tokens']} tokens, "
                     f"{device}", fontsize=9)
     figure.tight_layout()
-    temporary = out + ".tmp.png"
-    figure.savefig(temporary, dpi=150)
-    os.replace(temporary, out)
-    print(f"wrote {out}")
+    save_figure(figure, out)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -4,14 +4,32 @@ Every other model family of the project subclasses :class:`DocTransformerModel` 
 in its own attention or layer; the windows, separators and decoding live in the task.
 """
 
+from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+
+
+def wrap_layer(layer, cfg):
+    """Activation checkpointing and FSDP wrapping, as fairseq's own build_*_layer do."""
+    checkpoint = cfg.checkpoint_activations
+    if checkpoint:
+        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
 
 
 @register_model("doc_transformer")
 class DocTransformerModel(TransformerModel):
     """Softmax attention over L-sentence windows joined by a separator token."""
+
+    @classmethod
+    def build_model(cls, args, task):
+        # Families that need sentence positions read the separators from the config: plain
+        # attributes of args travel into fairseq's TransformerConfig (from_namespace copies them).
+        args.source_separator_index = getattr(task, "source_separator", None)
+        args.target_separator_index = getattr(task, "target_separator", None)
+        return super().build_model(args, task)
 
 
 @register_model_architecture("doc_transformer", "doc_transformer")

@@ -8,14 +8,12 @@ concatenated sentences (k + 1), rounded up to an even number. See configs/lsh/.
 """
 
 from fairseq import utils
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 from ..modules.lsh_attention import LSHCrossAttention, LSHSelfAttention
-from .doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny
+from .doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny, wrap_layer
 
 LSH_ATTENTIONS = ("encoder-self", "decoder-self", "cross")
 
@@ -39,11 +37,6 @@ def _lsh_options(cfg, dropout: float) -> dict:
                 dropout=dropout)
 
 
-def _wrap(layer, cfg):
-    """fairseq's activation checkpointing / FSDP wrapping of a layer (as its build_*_layer does)."""
-    if cfg.checkpoint_activations:
-        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
 
 
 class LSHEncoderLayer(TransformerEncoderLayerBase):
@@ -85,7 +78,7 @@ class LSHTransformerEncoder(TransformerEncoderBase):
         _seed_layers(self.layers, cfg, "self_attn", "encoder-self")
 
     def build_encoder_layer(self, cfg):
-        return _wrap(LSHEncoderLayer(cfg, return_fc=self.return_fc), cfg)
+        return wrap_layer(LSHEncoderLayer(cfg, return_fc=self.return_fc), cfg)
 
 
 class LSHTransformerDecoder(TransformerDecoderBase):
@@ -96,7 +89,7 @@ class LSHTransformerDecoder(TransformerDecoderBase):
         _seed_layers(self.layers, cfg, "encoder_attn", "cross")
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        return _wrap(LSHDecoderLayer(cfg, no_encoder_attn), cfg)
+        return wrap_layer(LSHDecoderLayer(cfg, no_encoder_attn), cfg)
 
 
 @register_model("lsh_doc_transformer")

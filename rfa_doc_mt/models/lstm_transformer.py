@@ -16,17 +16,15 @@ separators seen (the sentence id of the next token) and the ids of all tokens so
 from typing import Dict, List, Optional
 
 import torch
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.utils import safe_getattr
 from torch import Tensor
 
 from ..modules.long_short_attention import LongShortMultiheadAttention, aligned_source_sentence
 from ..modules.sentences import sentence_ids
-from .doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny
+from .doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny, wrap_layer
 
 LOCAL_ATTENTION_PLACES = ("encoder", "decoder", "cross")
 
@@ -48,12 +46,6 @@ def number_of_local_heads(cfg, num_heads: int) -> int:
     return num_heads // 2 if local_heads is None else int(local_heads)
 
 
-def wrap_layer(layer, cfg):
-    """Activation checkpointing and FSDP wrapping, as fairseq's build_*_layer do."""
-    checkpoint = cfg.checkpoint_activations
-    if checkpoint:
-        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
 
 
 def long_short_attentions(module: torch.nn.Module, cross: bool) -> List[LongShortMultiheadAttention]:
@@ -237,9 +229,6 @@ class LongShortTermMaskingTransformerModel(DocTransformerModel):
         for side in ("source", "target"):
             if not hasattr(task, f"{side}_separator"):
                 raise ValueError("lstm_doc_transformer needs the doc_translation task (sentence separators)")
-        # plain attributes of args travel into fairseq's TransformerConfig (from_namespace copies them)
-        args.source_separator_index = task.source_separator
-        args.target_separator_index = task.target_separator
         local_attention_places(args)  # fail early on a bad --local-attention
         return super().build_model(args, task)
 

@@ -33,10 +33,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 import torch
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from fairseq.optim import register_optimizer
 from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
@@ -45,7 +43,7 @@ from torch import Tensor
 
 from ..generation.memory_decoding import collate_sentences
 from ..modules.recurrent_memory import MemorySelfAttention, RecurrentMemory
-from .doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny
+from .doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny, wrap_layer
 
 logger = logging.getLogger(__name__)
 
@@ -77,12 +75,6 @@ def build_memory(cfg, side) -> RecurrentMemory:
                            activation_dropout=cfg.activation_dropout, activation_fn=cfg.activation_fn)
 
 
-def wrap_layer(layer, cfg):
-    """Activation checkpointing and FSDP wrapping, as fairseq's build_*_layer do."""
-    checkpoint = cfg.checkpoint_activations
-    if checkpoint:
-        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
 
 
 def memory_attentions(module: torch.nn.Module) -> List[MemorySelfAttention]:

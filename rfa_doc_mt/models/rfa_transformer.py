@@ -17,17 +17,15 @@ forward only (``sentence_starts`` attribute, cleared afterwards).
 from dataclasses import dataclass
 from typing import Optional
 
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq.utils import safe_getattr
 
 from ..modules.random_feature_attention import (FEATURE_MAPS, GATE_VARIANTS, RandomFeatureCausalAttention,
                                                 RandomFeatureCrossAttention, module_seed)
 from ..modules.sentences import sentence_starts
-from .doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny
+from .doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny, wrap_layer
 
 DEFAULT_GATE_BIAS = {"sgate": 2.0, "sgate-avg": 0.0, "none": 0.0}
 
@@ -102,21 +100,16 @@ class RFATransformerDecoder(TransformerDecoder):
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         self.options = RFAOptions.from_args(args)  # before the layers are built
         self._layers_built = 0
-        self.target_separator: Optional[int] = None
-        self.source_separator: Optional[int] = None
+        # from the task through DocTransformerModel.build_model; None outside doc_translation
+        self.target_separator: Optional[int] = safe_getattr(args, "target_separator_index", None)
+        self.source_separator: Optional[int] = safe_getattr(args, "source_separator_index", None)
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
                          output_projection=output_projection)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         layer = RFADecoderLayer(cfg, self.options, self._layers_built, no_encoder_attn=no_encoder_attn)
         self._layers_built += 1
-        if cfg.checkpoint_activations:
-            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-        return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
-
-    def set_separators(self, target: Optional[int], source: Optional[int]) -> None:
-        """Separator indices of the target and source dictionaries (from the task)."""
-        self.target_separator, self.source_separator = target, source
+        return wrap_layer(layer, cfg)
 
     def _rfa_modules(self):
         for layer in self.layers:
@@ -131,7 +124,7 @@ class RFATransformerDecoder(TransformerDecoder):
         if needs_target:
             if self.target_separator is None:
                 raise RuntimeError("the sentential gate needs the target separator: build the model with the "
-                                   "doc_translation task (or call decoder.set_separators)")
+                                   "doc_translation task")
             if incremental_state is not None:
                 # the current token starts a sentence when the token before it is a separator
                 target_starts = sentence_starts(prev_output_tokens[:, -2:], self.target_separator)[:, -1:]
@@ -139,7 +132,7 @@ class RFATransformerDecoder(TransformerDecoder):
                 target_starts = sentence_starts(prev_output_tokens, self.target_separator)
         if needs_source and encoder_out is not None and encoder_out.get("src_tokens"):
             if self.source_separator is None:
-                raise RuntimeError("the cross gate needs the source separator (decoder.set_separators)")
+                raise RuntimeError("the cross gate needs the source separator: use the doc_translation task")
             source_starts = sentence_starts(encoder_out["src_tokens"][0], self.source_separator)
         for module, side in self._rfa_modules():
             module.sentence_starts = target_starts if side == "target" else source_starts
@@ -183,13 +176,6 @@ class RFADocTransformerModel(DocTransformerModel):
                                  "(exp, Choromanski et al. 2021)")
         parser.add_argument("--rfa-learned-tau", action="store_true",
                             help="learn the feature map's temperature τ per head (default: τ = 1)")
-
-    @classmethod
-    def build_model(cls, args, task):
-        model = super().build_model(args, task)
-        model.decoder.set_separators(safe_getattr(task, "target_separator", None),
-                                     safe_getattr(task, "source_separator", None))
-        return model
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):

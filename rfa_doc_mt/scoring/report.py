@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 from ..data.io import DataError, atomic_write
 

@@ -1,8 +1,8 @@
 """Peak training memory of full attention against LSH attention as the context grows (paper
 003, Table 2, "Peak Mem.").
 
-    python -m rfa_doc_mt.bench.memory run --out memory.json [--quick] [--device cuda]
-    python -m rfa_doc_mt.bench.memory plot memory.json --out memory.png
+    python -m rfa_doc_mt.bench.training_memory run --out memory.json [--quick] [--device cuda]
+    python -m rfa_doc_mt.bench.training_memory plot memory.json --out memory.png
 
 ``run`` measures one training step (forward + backward of a cross-entropy loss; no optimiser
 state) for every attention setting of paper 003 Table 2 and context size k:
@@ -37,8 +37,6 @@ each k relative to k = 0, per attention); ``plot`` draws it in a separate step.
 import argparse
 import json
 import logging
-import os
-import platform
 import resource
 import subprocess
 import sys
@@ -46,6 +44,8 @@ import time
 from typing import Dict, List
 
 import torch
+
+from .common import commit_info, machine_info, save_figure, write_json
 
 CONTEXT_SIZES = (0, 3, 9, 12)
 ATTENTIONS = ("full", "self", "self-cross")
@@ -169,40 +169,13 @@ def measure(args) -> Dict:
 # the sweep
 
 
-def machine_info(device: str) -> Dict:
-    info = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "cpu_count": os.cpu_count(), "device": device}
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        info["cpu"] = names[0] if names else platform.processor()
-    except OSError:
-        info["cpu"] = platform.processor()
-    if device.startswith("cuda"):
-        info["gpu"] = torch.cuda.get_device_name(device)
-    try:
-        info["load_average_at_start"] = os.getloadavg()  # other work on the machine inflates nothing but time
-    except OSError:
-        pass
-    return info
 
 
-def commit_info() -> Dict:
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-    def git(*git_args):
-        try:
-            return subprocess.run(["git", "-C", root, *git_args], capture_output=True, text=True,
-                                  check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return None
-
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
 
 
 def run_fresh(attention: str, context_size: int, baseline: bool, args) -> Dict:
     """One measurement in a fresh Python process (peak RSS is per process)."""
-    command = [sys.executable, "-m", "rfa_doc_mt.bench.memory", "measure", "--attention", attention,
+    command = [sys.executable, "-m", "rfa_doc_mt.bench.training_memory", "measure", "--attention", attention,
                "--context-size", str(context_size), "--arch", args.arch, "--tokens", str(args.tokens),
                "--sentence-length", str(args.sentence_length), "--vocabulary", str(args.vocabulary),
                "--device", args.device, "--seed", str(args.seed)]
@@ -262,12 +235,6 @@ def run(args) -> Dict:
             "summary": summarise(runs)}
 
 
-def write_json(result: Dict, path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    temporary = path + ".tmp"
-    with open(temporary, "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(temporary, path)
 
 
 # ---------------------------------------------------------------------------------------
@@ -305,10 +272,7 @@ def plot(json_path: str, out: str) -> None:
     figure.suptitle(f"Peak memory of one training step, {settings['tokens']} tokens a batch, "
                     f"{settings['arch']}, {device}", fontsize=9)
     figure.tight_layout()
-    temporary = out + ".tmp.png"
-    figure.savefig(temporary, dpi=150)
-    os.replace(temporary, out)
-    print(f"wrote {out}")
+    save_figure(figure, out)
 
 
 def add_measurement_args(parser) -> None:
