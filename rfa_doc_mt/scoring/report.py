@@ -47,15 +47,15 @@ def markdown_table(systems: List[Tuple[str, dict]]) -> str:
 def consistency_plot(systems: List[Tuple[str, dict]], path: str) -> None:
     import logging
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging setup is verbose
     import matplotlib
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging setup is verbose
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     phenomena = [p for p in systems[0][1]["consistency"] if p != "pooled"] + ["pooled"]
     width = 0.8 / len(systems)
-    figure, axes = plt.subplots(figsize=(1.6 + 1.4 * len(phenomena), 4))
+    figure, axes = plt.subplots(figsize=(3.6 + 1.4 * len(phenomena), 4))
     for k, (name, result) in enumerate(systems):
         values = [result["consistency"][p]["accuracy"] for p in phenomena]
         axes.bar([i + (k - (len(systems) - 1) / 2) * width for i in range(len(phenomena))], values, width, label=name)
@@ -66,7 +66,7 @@ def consistency_plot(systems: List[Tuple[str, dict]], path: str) -> None:
     axes.set_xticks(range(len(phenomena)), phenomena)
     axes.set_ylabel("contrastive accuracy (%)")
     axes.set_ylim(0, 100)
-    axes.legend(fontsize="small", loc="lower right")
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figure.tight_layout()
     directory = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(directory, "." + os.path.basename(path) + ".tmp.png")
