@@ -229,10 +229,6 @@ def decode_batch(model, dataset, indices: List[int], beam: int, device: str) -> 
 # run
 
 
-
-
-
-
 def scaled_batch_size(window_size: int, scale: float) -> int:
     return max(1, int(round(PAPER_BATCH_SIZES[window_size] * scale)))
 
@@ -298,8 +294,6 @@ def run(args) -> Dict:
     except OSError:
         pass
     return result
-
-
 
 
 # ---------------------------------------------------------------------------------------

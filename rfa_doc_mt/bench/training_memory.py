@@ -169,10 +169,6 @@ def measure(args) -> Dict:
 # the sweep
 
 
-
-
-
-
 def run_fresh(attention: str, context_size: int, baseline: bool, args) -> Dict:
     """One measurement in a fresh Python process (peak RSS is per process)."""
     command = [sys.executable, "-m", "rfa_doc_mt.bench.training_memory", "measure", "--attention", attention,
@@ -233,8 +229,6 @@ def run(args) -> Dict:
                     "cpu: max RSS of the process minus max RSS of a process that only built the model and batch")
     return {"machine": machine_info(args.device), **commit_info(), "settings": settings, "runs": runs,
             "summary": summarise(runs)}
-
-
 
 
 # ---------------------------------------------------------------------------------------
