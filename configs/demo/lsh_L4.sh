@@ -1,6 +1,6 @@
 # LSH attention (paper 003) in all three attentions over 4-sentence windows (L = 4), tiny, for
 # `make demo`. Hash classes = L = 4 as in paper 003 §5.2; chunks of 8 and 2 hash rounds (the paper:
-# 10 and 4) because the synthetic sentences are short (~6.5 tokens) and the CPU is small.
+# 10 and 4) because the synthetic sentences are short (5.5 target tokens on average) and the CPU is small.
 # LSH's sorting and chunking make an update about 2.5x slower than the transformer's on this CPU,
 # so the demo gives it fewer updates (500, the other systems 600) to stay inside the time budget.
 DEMO_MAX_UPDATE=${DEMO_LSH_MAX_UPDATE:-500}
