@@ -13,6 +13,8 @@ from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
 
+from model_helpers import build_model, max_difference
+
 import rfa_doc_mt  # noqa: F401  (registers the task and the baseline)
 from rfa_doc_mt.models.doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny
 from rfa_doc_mt.models.lstm_transformer import (
@@ -65,20 +67,11 @@ def make_batch(source=SOURCE, target=TARGET):
 
 
 def build(model_class, architecture, *model_args, seed=1):
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-    model_class.add_args(parser)
-    args = parser.parse_args(list(model_args))
-    architecture(args)
-    torch.manual_seed(seed)
-    return model_class.build_model(args, Task()).eval()
+    return build_model(model_class, architecture, Task(), *model_args, seed=seed)
 
 
 def build_lstm(*model_args, seed=1):
     return build(LongShortTermMaskingTransformerModel, lstm_doc_transformer_tiny, *model_args, seed=seed)
-
-
-def max_difference(a, b):
-    return (a.float() - b.float()).abs().max().item()
 
 
 # ---- the attention module -------------------------------------------------------------------

@@ -17,6 +17,8 @@ from fairseq.optim.lr_scheduler.inverse_square_root_schedule import (
     InverseSquareRootLRScheduleConfig, InverseSquareRootSchedule)
 from fairseq.sequence_generator import SequenceGenerator
 
+from model_helpers import build_model, max_difference
+
 import rfa_doc_mt  # noqa: F401  (registers the task and the baseline)
 from rfa_doc_mt.data.io import Document
 from rfa_doc_mt.data.windows import (
@@ -42,20 +44,11 @@ class Task:
 
 
 def build(model_class, architecture, *model_args, seed=1):
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-    model_class.add_args(parser)
-    args = parser.parse_args(list(model_args))
-    architecture(args)
-    torch.manual_seed(seed)
-    return model_class.build_model(args, Task()).eval()
+    return build_model(model_class, architecture, Task(), *model_args, seed=seed)
 
 
 def build_memory(*model_args, seed=1):
     return build(MemoryDocTransformerModel, memory_doc_transformer_tiny, *model_args, seed=seed)
-
-
-def max_difference(a, b):
-    return (a.float() - b.float()).abs().max().item()
 
 
 def sentence(*words):

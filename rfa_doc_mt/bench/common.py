@@ -30,6 +30,15 @@ def machine_info(device: str) -> Dict:
     return info
 
 
+def record_load_at_end(result: Dict) -> Dict:
+    """Add the load average at the end of a run to ``result["machine"]``; returns ``result``."""
+    try:
+        result["machine"]["load_average_at_end"] = os.getloadavg()
+    except OSError:
+        pass
+    return result
+
+
 def commit_info() -> Dict:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

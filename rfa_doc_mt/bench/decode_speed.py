@@ -38,7 +38,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from .common import commit_info, machine_info, save_figure, write_json
+from .common import commit_info, machine_info, record_load_at_end, save_figure, write_json
 
 # paper 000, Table 3: batch size used to decode each window size L (32 GB A100; also its CPU runs)
 PAPER_BATCH_SIZES = {1: 1024, 2: 512, 3: 512, 4: 256, 5: 256, 10: 128, 15: 96}
@@ -289,11 +289,7 @@ def run(args) -> Dict:
         print(f"L={window_size:2d}: transformer {speeds['transformer']:.1f} tokens/s, RFA {speeds['rfa']:.1f} "
               f"tokens/s, RFA/transformer {summary['speedup']:.2f}x", flush=True)
         del models
-    try:
-        result["machine"]["load_average_at_end"] = os.getloadavg()
-    except OSError:
-        pass
-    return result
+    return record_load_at_end(result)
 
 
 # ---------------------------------------------------------------------------------------

@@ -29,7 +29,6 @@ the process's CPU time is recorded too (``cpu_seconds``), and ``--threads 1`` st
 
 import argparse
 import math
-import os
 import re
 import sys
 import time
@@ -37,7 +36,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-from .common import commit_info, machine_info, save_figure, write_json
+from .common import commit_info, machine_info, record_load_at_end, save_figure, write_json
 
 LENGTHS = (100, 250, 500, 1000, 1500, 2000)
 QUICK_LENGTHS = (100, 500, 1000)
@@ -223,11 +222,7 @@ def run(args) -> Dict:
         print(f"{length:5d} tokens: memory/sentence time per token "
               f"{summary['seconds_per_token_ratio_memory_to_sentence']:.2f}x wall, "
               f"{summary['cpu_seconds_per_token_ratio_memory_to_sentence']:.2f}x CPU time", flush=True)
-    try:
-        result["machine"]["load_average_at_end"] = os.getloadavg()
-    except OSError:
-        pass
-    return result
+    return record_load_at_end(result)
 
 
 # ---------------------------------------------------------------------------------------
