@@ -377,6 +377,40 @@ def test_cross_module_caches_the_source_summary_and_shares_it_across_beams(cross
     module.set_beam_size(1)
 
 
+def test_cross_module_outputs_follow_sentences_that_leave_the_batch():
+    """Finished sentences leave the batch one by one: the summaries are compacted lazily, and
+    every remaining sentence keeps reading its own source, before and after compaction."""
+    torch.manual_seed(0)
+    module = RandomFeatureCrossAttention(16, 2, 32, seed=3, kdim=12).eval()
+    generator = torch.Generator().manual_seed(11)
+    sentences, beam = 5, 2
+    encoder_out = torch.randn(7, sentences, 12, generator=generator)
+    padding = torch.zeros(sentences, 7, dtype=torch.bool)
+    padding[1, 5:] = padding[3, 2:] = True
+    query = torch.randn(1, sentences * beam, 16, generator=generator)
+    expand = torch.arange(sentences).repeat_interleave(beam)
+    full, _ = module(query, encoder_out[:, expand], key_padding_mask=padding[expand])
+    module.set_beam_size(beam)
+    state = {}
+    module(query, encoder_out[:, expand], key_padding_mask=padding[expand], incremental_state=state)
+    remaining = list(range(sentences))
+    stored_sizes = []
+    for leaving in (2, 0, 4, 1):
+        position = remaining.index(leaving)
+        kept = [i for i in range(len(remaining)) if i != position]
+        remaining.remove(leaving)
+        # new_order over [sentence, beam] rows, beams swapped inside each remaining sentence
+        order = torch.tensor([k * beam + (beam - 1 - b) for k in kept for b in range(beam)])
+        module.reorder_incremental_state(state, order)
+        stored_sizes.append(module._get_input_buffer(state)["state"].size(0))
+        rows = torch.tensor([s * beam + b for s in remaining for b in range(beam)])
+        out, _ = module(query[:, rows], None, incremental_state=state)
+        assert max_diff(out, full[:, rows]) < 1e-6, (leaving, stored_sizes)
+    # compacted once at most 3/4 of the stored summaries are read: 4 of 5 keeps all 5, 3 of 5,
+    # 2 of 3 and 1 of 2 compact
+    assert stored_sizes == [5, 3, 2, 1]
+
+
 # ---------------------------------------------------------------------------------------
 # random matrices
 

@@ -21,6 +21,10 @@ randomly initialised (only speed is measured), for each window size L, with beam
   reordering of cached states (what the paper calls "forward pass time"); the beam search's
   own bookkeeping (top-k, token buffers) is reported apart as wall time.
 * Both models are timed in one process, batch by batch in alternation, after a warm-up.
+* A third model bounds the possible gain: the transformer with its decoder attention removed
+  (``ceiling_speedup``; ``--no-ceiling`` skips it). Both real models share everything else
+  (feed-forward layers, the 23k-word output layer, the encoder), so no attention, however
+  cheap, can decode faster than it.
 
 The JSON holds the machine, the commit, the settings and every run; ``plot`` draws the
 speedup per L from it (a separate step, so plots can be redrawn without re-running).
@@ -45,6 +49,8 @@ PAPER_BATCH_SIZES = {1: 1024, 2: 512, 3: 512, 4: 256, 5: 256, 10: 128, 15: 96}
 WINDOW_SIZES = (1, 2, 3, 4, 5, 10, 15)
 QUICK_WINDOW_SIZES = (1, 4, 15)
 MODELS = {"transformer": "doc_transformer", "rfa": "rfa_doc_transformer"}
+# the transformer with its decoder attention removed: what no attention variant can beat
+CEILING = "no_attention"
 
 
 # ---------------------------------------------------------------------------------------
@@ -117,6 +123,29 @@ def build_model(task, arch: str, seed: int, max_positions: int, device: str, dty
     torch.manual_seed(seed)
     model = model_class.build_model(args, task)
     return model.to(device=device, dtype=dtype).eval()
+
+
+class _NoAttention(torch.nn.Module):
+    """Stands in for a decoder attention module and costs nothing: returns its query."""
+
+    def forward(self, query, key=None, value=None, **unused):
+        return query, None
+
+    def _get_input_buffer(self, incremental_state):  # fairseq's decoder layer asks for it
+        return {}
+
+
+def remove_decoder_attention(model):
+    """The ceiling model: every decoder self- and cross-attention replaced by :class:`_NoAttention`.
+
+    Decoding it does the work both real models share (embeddings, feed-forward layers, layer
+    norms, the output projection, the encoder, beam search), so its tokens/s bound the speedup
+    that any attention, however cheap, can give over the transformer."""
+    for layer in model.decoder.layers:
+        layer.self_attn = _NoAttention()
+        if getattr(layer, "encoder_attn", None) is not None:
+            layer.encoder_attn = _NoAttention()
+    return model
 
 
 # ---------------------------------------------------------------------------------------
@@ -254,6 +283,9 @@ def run(args) -> Dict:
                            "batches_per_window_size": num_batches, "models": MODELS, "dtype": args.dtype,
                            "seed": args.seed, "quick": bool(args.quick),
                            "length": "forced to the reference window length",
+                           "ceiling": None if args.no_ceiling else
+                           "the transformer with every decoder attention removed (returns its query): "
+                           "ceiling_speedup bounds what any attention variant can gain",
                            "tokens_per_second": "reference tokens (EOS included) / forward seconds"},
               "runs": [], "summary": []}
     for window_size in window_sizes:
@@ -262,6 +294,9 @@ def run(args) -> Dict:
         batches = choose_batches(dataset, window_size, batch_size, num_batches)
         models = {name: build_model(task, arch, args.seed, args.max_positions, device, dtype)
                   for name, arch in MODELS.items()}
+        if not args.no_ceiling:
+            models[CEILING] = remove_decoder_attention(
+                build_model(task, MODELS["transformer"], args.seed, args.max_positions, device, dtype))
         for name, model in models.items():  # warm-up: first calls allocate and pick kernels
             decode_batch(model, dataset, batches[0][:max(1, batch_size // 4)], args.beam, device)
         totals = {name: {"tokens": 0, "forward_seconds": 0.0, "wall_seconds": 0.0} for name in models}
@@ -285,9 +320,13 @@ def run(args) -> Dict:
                    "tokens_per_second": speeds, "wall_tokens_per_second": wall_speeds,
                    "speedup": speeds["rfa"] / speeds["transformer"],
                    "wall_speedup": wall_speeds["rfa"] / wall_speeds["transformer"]}
+        if CEILING in speeds:
+            summary["ceiling_speedup"] = speeds[CEILING] / speeds["transformer"]
         result["summary"].append(summary)
         print(f"L={window_size:2d}: transformer {speeds['transformer']:.1f} tokens/s, RFA {speeds['rfa']:.1f} "
-              f"tokens/s, RFA/transformer {summary['speedup']:.2f}x", flush=True)
+              f"tokens/s, RFA/transformer {summary['speedup']:.2f}x"
+              + (f" (no decoder attention at all: {summary['ceiling_speedup']:.2f}x)" if CEILING in speeds else ""),
+              flush=True)
         del models
     return record_load_at_end(result)
 
@@ -312,12 +351,16 @@ def plot(json_path: str, out: str) -> None:
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
     left.plot(sizes, [s["speedup"] for s in summary], marker="o", label="forward time")
     left.plot(sizes, [s["wall_speedup"] for s in summary], marker="x", linestyle="--", label="wall time")
+    if all("ceiling_speedup" in s for s in summary):
+        left.plot(sizes, [s["ceiling_speedup"] for s in summary], marker="^", linestyle=":", color="grey",
+                  label="no decoder attention (bound)")
     left.axhline(1.0, color="grey", linewidth=0.8)
     left.set_xlabel("window size L (sentences)")
     left.set_ylabel("RFA speedup over transformer")
     left.legend()
-    for name, style in (("transformer", "s-"), ("rfa", "o-")):
-        right.plot(sizes, [s["tokens_per_second"][name] for s in summary], style, label=name)
+    for name, style in (("transformer", "s-"), ("rfa", "o-"), (CEILING, "^:")):
+        if all(name in s["tokens_per_second"] for s in summary):
+            right.plot(sizes, [s["tokens_per_second"][name] for s in summary], style, label=name)
     right.set_xlabel("window size L (sentences)")
     right.set_ylabel("decoded tokens / second")
     right.set_yscale("log")
@@ -350,6 +393,9 @@ def main(argv=None) -> int:
     run_parser.add_argument("--seed", type=int, default=1)
     run_parser.add_argument("--max-positions", type=int, default=2048)
     run_parser.add_argument("--quick", action="store_true", help="L in {1,4,15}, small batches, one batch each")
+    run_parser.add_argument("--no-ceiling", action="store_true",
+                            help="skip the third model, the transformer without decoder attention "
+                                 "(the bound on any attention's speedup)")
     plot_parser = commands.add_parser("plot", help="draw Figure 4 from a JSON written by run")
     plot_parser.add_argument("json")
     plot_parser.add_argument("--out", required=True, help="PNG file to write")

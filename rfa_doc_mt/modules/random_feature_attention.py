@@ -195,8 +195,15 @@ def random_fourier_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tens
     φ(x)·φ(y) = mean_i cos(w_i·(x̂ - ŷ)/τ) ≈ exp(-|x̂ - ŷ|²/2τ²) = exp((x̂·ŷ - 1)/τ²).
     """
     projected = _project(x, _projection(random_matrix, tau))
-    scale = 1.0 / math.sqrt(random_matrix.size(-2))
-    return torch.cat([torch.sin(projected), torch.cos(projected)], dim=-1) * scale
+    num_projections = projected.size(-1)
+    scale = 1.0 / math.sqrt(num_projections)
+    if torch.is_grad_enabled() and projected.requires_grad:
+        return torch.cat([torch.sin(projected), torch.cos(projected)], dim=-1) * scale
+    # inference (decoding): the same values written into one tensor, without temporaries
+    features = projected.new_empty(projected.shape[:-1] + (2 * num_projections,))
+    torch.sin(projected, out=features[..., :num_projections])
+    torch.cos(projected, out=features[..., num_projections:])
+    return features.mul_(scale)
 
 
 def positive_random_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None) -> Tensor:
@@ -418,10 +425,11 @@ def cross_rfa_state(phi_k: Tensor, v: Tensor, key_weight: Optional[Tensor] = Non
         phi_k: [batch, heads, source, F]; v: [batch, heads, source, dv]
         key_weight: [batch, heads, source] (0 at padding; gate decays when cross-gated)
     """
-    phi_k = phi_k.float()
+    values = _with_ones(v.float())
     if key_weight is not None:
-        phi_k = phi_k * key_weight.float().unsqueeze(-1)
-    return phi_k.transpose(-1, -2) @ _with_ones(v.float())
+        # Σ_i φ(k_i) (w_i [v_i, 1])ᵀ: weighting the dv + 1 columns is cheaper than the F features
+        values = values * key_weight.float().unsqueeze(-1)
+    return phi_k.float().transpose(-1, -2) @ values
 
 
 def cross_rfa_readout(phi_q: Tensor, state: Tensor) -> Tensor:
@@ -608,12 +616,30 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
         return self.out_proj(out.to(qkv.dtype).reshape(1, batch, self.embed_dim))
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
-        """Beam search: rows of every state tensor follow ``new_order`` (over batch*beam)."""
+        """Beam search: rows of every state tensor follow ``new_order`` (over batch*beam).
+
+        The state is the largest tensor of a decoding step and is gathered on every step: it
+        is gathered into the buffer the previous step left free (``spare``), so decoding does
+        not allocate (and page-fault) a fresh state per layer per token."""
         buffer = self._get_input_buffer(incremental_state)
         if buffer:
-            for name, value in buffer.items():
-                if value is not None:
+            spare = buffer.pop("spare", None)
+            for name, value in list(buffer.items()):
+                if value is None:
+                    continue
+                rows = new_order.size(0)
+                if name == "state" and spare is not None and spare.shape[0] >= rows \
+                        and spare.shape[1:] == value.shape[1:] and spare.dtype == value.dtype \
+                        and not value.requires_grad:
+                    # finished sentences only ever shrink the batch: the first rows of the spare do
+                    buffer[name] = torch.index_select(value, 0, new_order, out=spare[:rows])
+                    spare = value
+                else:
                     buffer[name] = value.index_select(0, new_order)
+                    if name == "state":
+                        spare = None if value.requires_grad else value
+            if spare is not None:
+                buffer["spare"] = spare
             incremental_state = self._set_input_buffer(incremental_state, buffer)
         return incremental_state
 
@@ -708,34 +734,52 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
                     starts = starts[::self.beam_size] if starts is not None else None
                 buffer["state"] = state = self.source_state(key, key_padding_mask, random_matrix, starts)
                 self._set_input_buffer(incremental_state, buffer)
-        return self.out_proj(self._read(query, state, random_matrix)), None
+        rows = buffer.get("rows") if incremental_state is not None else None
+        return self.out_proj(self._read(query, state, random_matrix, rows)), None
 
-    def _read(self, query: Tensor, state: Tensor, random_matrix: Tensor) -> Tensor:
-        """query [time, batch, embed_dim], state [sources, heads, F, dv + 1] → [time, batch, embed_dim].
+    def _read(self, query: Tensor, state: Tensor, random_matrix: Tensor, rows: Optional[Tensor] = None) -> Tensor:
+        """query [time, batch, embed_dim], state [stored, heads, F, dv + 1] → [time, batch, embed_dim].
 
-        The batch holds ``batch // sources`` consecutive rows (beams) per source."""
+        The batch holds ``batch // sources`` consecutive rows (beams) per source; source i reads
+        ``state[rows[i]]`` (``rows`` None: state[i])."""
         time, batch, _ = query.shape
-        sources = state.size(0)
+        sources = state.size(0) if rows is None else rows.numel()
         q = self.q_proj(query)
         with torch.autocast(device_type=query.device.type, enabled=False):
             # [sources, heads, beams*time, head_dim]: the beams of a source read the same state
             heads_q = q.view(time, sources, batch // sources, self.num_heads, self.head_dim)
             heads_q = heads_q.permute(1, 3, 2, 0, 4).reshape(sources, self.num_heads, -1, self.head_dim)
-            out = cross_rfa_readout(self.features_of(heads_q, random_matrix), state)
+            phi_q = self.features_of(heads_q, random_matrix)
+            if rows is None:
+                out = cross_rfa_readout(phi_q, state)
+            else:
+                # queries of finished sentences are zero (their output, 0 / floor, is dropped)
+                stored = phi_q.new_zeros((state.size(0),) + phi_q.shape[1:]).index_copy_(0, rows, phi_q)
+                out = cross_rfa_readout(stored, state).index_select(0, rows)
             out = out.view(sources, self.num_heads, batch // sources, time, self.head_dim)
             out = out.permute(3, 0, 2, 1, 4).reshape(time, batch, self.embed_dim)
         return out.to(q.dtype)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
-        """Reorder per source sentence: nothing to do unless sentences left the batch."""
+        """Reorder per source sentence: nothing to do unless sentences left the batch.
+
+        When sentences finish, their summaries are not copied away at once: ``rows`` records
+        which stored summary each remaining sentence reads, and the state is compacted only once
+        a quarter of it is unused. Gathering the state on every step a sentence finishes would
+        copy it nearly every step (it is [sentences, heads, F, dv + 1], far larger than a short
+        source's keys and values); this way the copies stay a bounded multiple of one state and
+        each step reads at most 4/3 of the summaries it needs."""
         buffer = self._get_input_buffer(incremental_state)
         state = buffer.get("state")
-        if state is not None:
-            if state.size(0) * self.beam_size == new_order.size(0):
-                return incremental_state  # beams only moved within their sentence
-            if self.beam_size > 1:
-                buffer["state"] = state.index_select(0, new_order.view(-1, self.beam_size)[:, 0] // self.beam_size)
-            else:
-                buffer["state"] = state.index_select(0, new_order)
-            incremental_state = self._set_input_buffer(incremental_state, buffer)
-        return incremental_state
+        if state is None:
+            return incremental_state
+        rows = buffer.get("rows")
+        active = state.size(0) if rows is None else rows.numel()
+        if active * self.beam_size == new_order.size(0):
+            return incremental_state  # beams only moved within their sentence
+        order = new_order.view(-1, self.beam_size)[:, 0] // self.beam_size if self.beam_size > 1 else new_order
+        rows = order if rows is None else rows.index_select(0, order)
+        if 4 * rows.numel() <= 3 * state.size(0):
+            buffer["state"], rows = state.index_select(0, rows), None
+        buffer["rows"] = rows
+        return self._set_input_buffer(incremental_state, buffer)
