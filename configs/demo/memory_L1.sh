@@ -6,7 +6,9 @@
 source "$(dirname "${BASH_SOURCE[0]}")/train_args.sh"
 MEMORY_PRETRAINED=${MEMORY_PRETRAINED:-${DEMO_DIR:-$ROOT/work/demo}/transformer_L1/checkpoint_best.pt}
 TASK_ARGS="--context-size 0 --recurrent-memory --optimization-window 1-3"
-MODEL_ARGS="--arch memory_doc_transformer_tiny --share-all-embeddings"
+# memory layers (paper 004 Table 3): the top one (-1) of the two on each side unless a config sets them
+MODEL_ARGS="--arch memory_doc_transformer_tiny --share-all-embeddings
+  --encoder-memory-layers ${MEMORY_ENCODER_LAYERS:--1} --decoder-memory-layers ${MEMORY_DECODER_LAYERS:--1}"
 TRAIN_ARGS="--optimizer finetune_adam --adam-betas (0.9,0.98) --lr 2e-3 --pretrained-lr-scale 0.2
   --lr-scheduler inverse_sqrt --warmup-updates 100 --max-tokens 2048 --max-update ${DEMO_MEMORY_MAX_UPDATE:-300}
   --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --seed 1

@@ -2,7 +2,7 @@
 # after they set
 #   CORPUS  iwslt (IWSLT15 zh-en), opensub-bleu or opensub-consistency (OpenSubtitles en-ru:
 #           separate models are trained for BLEU and for consistency, appendix A.2)
-#   GATE    none (RFA), sgate (RFA-sgate) or sgate-avg (RFA-sgate-avg)
+#   GATE    softmax (the transformer baseline), none (RFA), sgate (RFA-sgate) or sgate-avg (RFA-sgate-avg)
 #   WINDOW  L, sentences per window (1 or 4)
 # Paper settings (A.2): paper sizes (6+6 layers, 512, 8 heads, FFN 1024, tied embeddings), RFA in
 # decoder causal + cross attention only, gate in causal attention only; Adam, peak lr 1e-3 (the
@@ -27,15 +27,20 @@ case "$CORPUS" in
   *) echo "configs/rfa/common.sh: CORPUS must be iwslt, opensub-bleu or opensub-consistency, got '$CORPUS'" >&2; return 2 ;;
 esac
 case "$GATE" in
+  softmax)   GATE_ARGS="" ;;  # the transformer baseline: no RFA, same training
   none)      GATE_ARGS="--rfa-gate none" ;;
   sgate)     GATE_ARGS="--rfa-gate sgate --rfa-gate-bias-init $GATE_BIAS" ;;
   sgate-avg) GATE_ARGS="--rfa-gate sgate-avg --rfa-gate-bias-init 0" ;;
-  *) echo "configs/rfa/common.sh: GATE must be none, sgate or sgate-avg, got '$GATE'" >&2; return 2 ;;
+  *) echo "configs/rfa/common.sh: GATE must be softmax, none, sgate or sgate-avg, got '$GATE'" >&2; return 2 ;;
 esac
 # Paper 000 §4 and Table 2 follow Ma et al. (2021b): each 4-sentence OpenSubtitles window is a
 # separate document, processed with stride-one windows like IWSLT (so no --fixed-window here).
 TASK_ARGS="--context-size $((WINDOW - 1))"
-MODEL_ARGS="--arch rfa_doc_transformer --share-all-embeddings $RFA_DIMS $GATE_ARGS"
+if [ "$GATE" = softmax ]; then
+  MODEL_ARGS="--arch doc_transformer --share-all-embeddings"
+else
+  MODEL_ARGS="--arch rfa_doc_transformer --share-all-embeddings $RFA_DIMS $GATE_ARGS"
+fi
 TRAIN_ARGS="--optimizer adam --adam-betas (0.9,0.98) --clip-norm 0.0 --lr 1e-3 --lr-scheduler inverse_sqrt
   --warmup-updates 8000 --warmup-init-lr 1e-07 --weight-decay 0.0001 --max-tokens 4096 --update-freq 4
   --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --fp16 --seed 1

@@ -1,0 +1,5 @@
+# Recurrent-memory transformer (paper 004, Table 3 ablation), tiny, for the embedded corpus:
+# memory in the lower layer on both sides. Otherwise as memory_L1.sh (memory in the top layer, index 1, of both sides).
+MEMORY_ENCODER_LAYERS=0
+MEMORY_DECODER_LAYERS=0
+source "$(dirname "${BASH_SOURCE[0]}")/memory_L1.sh"

@@ -1,0 +1,5 @@
+# Recurrent-memory transformer (paper 004, Table 3 ablation), tiny, for the embedded corpus:
+# memory in the top decoder layer only (target side). Otherwise as memory_L1.sh (memory in the top layer, index 1, of both sides).
+MEMORY_ENCODER_LAYERS=none
+MEMORY_DECODER_LAYERS=-1
+source "$(dirname "${BASH_SOURCE[0]}")/memory_L1.sh"

@@ -1,0 +1,5 @@
+# Paper 000 Figure 3: RFA on OpenSubtitles en-ru (consistency models), L = 2.
+CORPUS=opensub-consistency
+GATE=none
+WINDOW=2
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

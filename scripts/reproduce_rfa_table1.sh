@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Paper 000, Table 1: s-BLEU and d-BLEU of the transformer and RFA at L=1, and of the transformer,
+# RFA, RFA-sgate-avg and RFA-sgate at L=4. Real corpora: --corpus iwslt15|opensub-bleu --data DIR.
+# usage: scripts/reproduce_rfa_table1.sh [--out DIR] [--jobs N] [--smoke] [--corpus NAME --data DIR] (--help for more)
+# Prints its table(s) and writes OUT/<experiment>.md, .json (and .png); re-running resumes.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+exec "$PYTHON" -m rfa_doc_mt.reproduce rfa_table1 "$@"

@@ -1,0 +1,151 @@
+"""The reproduce scripts end to end in smoke mode: a tiny corpus, 3 updates per system, tiny benchmarks.
+
+``reproduce_all.sh --smoke`` trains every system once; each ``reproduce_<experiment>.sh`` then
+runs against the same results directory, resumes (trains nothing) and prints its table.
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from rfa_doc_mt.data.io import DataError
+from rfa_doc_mt.reproduce import EXPERIMENTS, System, config_problems, data_problems, prepare_embedded
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = ["rfa_table1", "rfa_figure3", "rfa_figure4", "lsh_table2", "memory_table1", "lstm"]
+
+
+def reproduce(name, *args):
+    return subprocess.run(["bash", os.path.join(ROOT, "scripts", f"reproduce_{name}.sh"), *args],
+                          capture_output=True, text=True, timeout=3000)
+
+
+@pytest.fixture(scope="module")
+def smoke_all(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reproduce")
+    done = reproduce("all", "--smoke", "--out", str(out), "--jobs", "2")
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out, done
+
+
+def rows_of(out, name):
+    return json.loads((out / f"{name}.json").read_text())["rows"]
+
+
+def test_every_script_exists_and_is_executable():
+    for name in SCRIPTS + ["all"]:
+        path = os.path.join(ROOT, "scripts", f"reproduce_{name}.sh")
+        assert os.access(path, os.X_OK), path
+    assert sorted(EXPERIMENTS) == sorted(SCRIPTS)
+
+
+def test_all_trains_each_system_once_and_writes_every_table(smoke_all):
+    out, done = smoke_all
+    distinct = {system.key for experiment in EXPERIMENTS.values() for _, system in experiment.systems("embedded")}
+    started = [line for line in done.stderr.splitlines() if "] started " in line]
+    assert len(started) == len(distinct), started
+    for name in SCRIPTS:
+        text = (out / f"{name}.md").read_text()
+        assert "embedded synthetic corpus" in text and "| ---" in text
+        data = json.loads((out / f"{name}.json").read_text())
+        assert data["experiment"] == name and data["rows"] and data["machine"]["cpu_count"] >= 1
+        table = "\n".join(line for line in text.splitlines() if line.startswith("|"))
+        assert table and table in "\n".join(line for line in done.stdout.splitlines() if line.startswith("|"))
+
+
+def test_rfa_tables(smoke_all):
+    out, _ = smoke_all
+    table1 = rows_of(out, "rfa_table1")
+    assert [r["row"] for r in table1] == ["transformer_L1", "rfa_L1", "transformer_L4", "rfa_L4",
+                                          "rfa_sgate_avg_L4", "rfa_sgate_L4"]
+    assert all(0 <= r["s_bleu"] <= 100 and 0 <= r["d_bleu"] <= 100 for r in table1)
+    assert table1[-1]["paper_bleu"] == {"iwslt15_zh_en": 31.2, "opensubtitles_en_ru": 33.2}
+    figure3 = rows_of(out, "rfa_figure3")
+    assert [r["row"] for r in figure3] == [f"{f}_L{w}" for f in ("transformer", "rfa") for w in (1, 2, 3, 4)]
+    for row in figure3:
+        assert set(row["accuracy"]) >= {"pooled", "deixis"}
+        assert all(0 <= value <= 100 for value in row["accuracy"].values())
+    # mirrored contrastive pairs: a sentence-level model cannot beat chance on any set
+    assert all(value == 50.0 for value in figure3[0]["accuracy"].values())
+    assert (out / "rfa_figure3.png").stat().st_size > 0
+    figure4 = rows_of(out, "rfa_figure4")
+    assert [r["L"] for r in figure4] == [1, 2]
+    assert all(r["speedup"] > 0 and r["ceiling_speedup"] > 0 for r in figure4)
+    assert figure4[0]["paper_speedup_cpu"] == 1.58
+    assert (out / "rfa_figure4.png").stat().st_size > 0
+
+
+def test_lsh_memory_and_lstm_tables(smoke_all):
+    out, _ = smoke_all
+    lsh = rows_of(out, "lsh_table2")
+    trained = [(r["attention"], r["context_size"]) for r in lsh]
+    assert trained == [(a, k) for a in ("full", "self", "self-cross") for k in (0, 3)]
+    assert all(r["step_memory_mb"] is not None and r["step_memory_mb"] >= 0 for r in lsh)
+    assert (out / "lsh_table2_memory.png").stat().st_size > 0
+    memory = rows_of(out, "memory_table1")
+    assert [r["row"] for r in memory if r["table"] == 1] == ["baseline", "memory"]
+    assert [r["row"] for r in memory if r["table"] == 3] == ["both_lower", "both_all", "both_top", "source_top",
+                                                            "target_top"]
+    # the same trained system stands in both tables
+    by_row = {(r["table"], r["row"]): r for r in memory}
+    assert by_row[(1, "memory")]["s_bleu"] == by_row[(3, "both_top")]["s_bleu"]
+    lstm = rows_of(out, "lstm")
+    assert [r["row"] for r in lstm] == ["1to1", "3to3", "3to3_lstm"]
+    # the 1-to-1 system is the sentence-level transformer of the other tables, trained once
+    assert lstm[0]["s_bleu"] == rows_of(out, "rfa_table1")[0]["s_bleu"]
+
+
+def test_each_script_resumes_and_prints_its_table(smoke_all):
+    out, _ = smoke_all
+    for name in SCRIPTS:
+        before = (out / f"{name}.json").read_text()
+        done = reproduce(name, "--smoke", "--out", str(out))
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "] started " not in done.stderr  # every system was finished by the run above
+        assert "| ---" in done.stdout
+        assert json.loads(before)["rows"] == json.loads((out / f"{name}.json").read_text())["rows"]
+
+
+def test_missing_data_is_reported_before_any_work(tmp_path):
+    out = tmp_path / "out"
+    done = reproduce("rfa_table1", "--corpus", "iwslt15", "--data", str(tmp_path / "nowhere"), "--out", str(out))
+    assert done.returncode != 0
+    assert "data directory not found" in done.stderr
+    assert not (out / "runs").exists()
+    done = reproduce("rfa_table1", "--corpus", "wmt", "--data", str(tmp_path), "--out", str(out))
+    assert done.returncode != 0 and "unknown corpus 'wmt'" in done.stderr
+    done = reproduce("rfa_table1", "--corpus", "iwslt15", "--out", str(out))
+    assert done.returncode != 0 and "needs --data" in done.stderr
+
+
+def test_data_and_config_checks(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "prep.json").write_text(json.dumps({"source_lang": "zh", "target_lang": "en"}))
+    for split in ("train", "valid", "test"):
+        for lang in ("zh", "en"):
+            (data / f"{split}.zh-en.{lang}.idx").write_text("")
+    assert data_problems(str(data), needs_consistency=False) == []
+    problems = data_problems(str(data), needs_consistency=True)
+    assert len(problems) == 1 and "consistency" in problems[0]
+    (data / "train.zh-en.en.idx").unlink()
+    assert any("train.zh-en.en.idx" in p for p in data_problems(str(data), needs_consistency=False))
+
+    bad_arch = tmp_path / "bad_arch.sh"
+    bad_arch.write_text('MODEL_ARGS="--arch no_such_arch"\n')
+    no_arch = tmp_path / "no_arch.sh"
+    no_arch.write_text('MODEL_ARGS="--share-all-embeddings"\n')
+    problems = config_problems([System("a", str(bad_arch)), System("b", str(no_arch)),
+                                System("c", "configs/demo/not_there.sh"), System("d", "configs/demo/rfa_L4.sh")])
+    assert len(problems) == 3, problems
+    assert any(p.startswith(str(bad_arch)) and "unknown architecture 'no_such_arch'" in p for p in problems)
+    assert any(p.startswith(str(no_arch)) and "no --arch" in p for p in problems)
+    assert any(p.startswith("configs/demo/not_there.sh") and "not found" in p for p in problems)
+
+
+def test_smoke_and_full_runs_do_not_share_a_directory(tmp_path):
+    (tmp_path / "reproduce.json").write_text(json.dumps({"mode": "smoke"}))
+    with pytest.raises(DataError, match="smoke run"):
+        prepare_embedded(str(tmp_path), smoke=False)
