@@ -489,6 +489,10 @@ def config_problems(systems: Sequence[System]) -> List[str]:
             continue
         archs[system.config] = words[words.index("--arch") + 1]
     if archs:
+        import logging
+
+        # fairseq's import announces an optional package it lacks; not this script's business
+        logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
         import rfa_doc_mt  # noqa: F401  (registers this project's architectures)
         from fairseq.models import ARCH_MODEL_REGISTRY
 
@@ -603,12 +607,12 @@ def run_benchmark(kind: str, out: str, corpus_data: str, smoke: bool) -> dict:
                 os.path.join(out, "lsh_table2_memory.png")]
     log(f"{kind}: {shlex.join(command)} (log: {bench_dir}/{kind}.log)")
     with open(os.path.join(bench_dir, f"{kind}.log"), "w", encoding="utf-8") as handle:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=handle, text=True, cwd=ROOT,
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                                    env=dict(os.environ, PYTHONPATH=ROOT))
-        for line in process.stdout:  # progress: the benchmark's own per-setting lines
+        for line in process.stdout:  # progress: the benchmark's own per-setting lines, not fairseq's logging
             handle.write(line)
             handle.flush()
-            if line.strip():
+            if line.strip() and not line.startswith(("INFO:", "WARNING:", "  warnings.warn", "/")):
                 log(f"{kind}: {line.strip()}")
         if process.wait() != 0:
             raise DataError(f"{kind} benchmark failed; see {bench_dir}/{kind}.log")
@@ -666,8 +670,13 @@ def prepare_embedded(out: str, smoke: bool) -> str:
 
 def write_outputs(experiment: Experiment, out: str, corpus: str, context: Context, table: str, rows: list,
                   command: str, bleu_signature: Optional[str]) -> str:
-    corpus_label = "the embedded synthetic corpus (not the paper's data: compare trends, not values)" \
-        if corpus == EMBEDDED else f"corpus {corpus}"
+    if experiment.benchmark == "decode_speed":
+        corpus_label = "randomly initialised paper-size models (speed only: nothing is trained; the source text " \
+            "is named below)"
+    elif corpus == EMBEDDED:
+        corpus_label = "the embedded synthetic corpus (not the paper's data: compare trends, not values)"
+    else:
+        corpus_label = f"corpus {corpus}"
     machine = machine_info("cpu")
     notes = list(context.notes)
     if bleu_signature:
