@@ -562,9 +562,8 @@ def run_systems(systems: Sequence[System], data: str, runs: str, jobs: int, extr
             started += 1
             run_dir = os.path.join(runs, system.key)
             system_env = dict(os.environ, OMP_NUM_THREADS="1", **env)
-            if system.starts_from:
-                system_env["MEMORY_PRETRAINED"] = os.path.join(
-                    runs, (parent or System("", system.starts_from)).key, "checkpoint_best.pt")
+            if parent is not None:  # main() checked that every starts_from is in the plan
+                system_env["MEMORY_PRETRAINED"] = os.path.join(runs, parent.key, "checkpoint_best.pt")
             command = [os.path.join(ROOT, "scripts", "run_system.sh"), os.path.join(ROOT, system.config), data,
                        run_dir, *extra_train_args]
             handle = open(os.path.join(runs, f"{system.key}.log"), "a", encoding="utf-8")
