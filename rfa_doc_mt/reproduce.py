@@ -762,7 +762,6 @@ def main(argv=None) -> int:
                     SMOKE_TRAIN_ARGS if args.smoke else [], env)
 
     # 3. benchmarks, alone on the machine, then the tables
-    texts = []
     for experiment, rows in plan:
         bench = None
         if experiment.benchmark == "decode_speed":
@@ -776,7 +775,6 @@ def main(argv=None) -> int:
         signature = next(iter(results.values()))["bleu_signature"] if results and experiment.name != "rfa_figure3" \
             else None
         text = write_outputs(experiment, out, args.corpus, context, table, json_rows, command, signature)
-        texts.append(text)
         print(text, flush=True)
     log(f"done in {time.monotonic() - start:.0f} s; tables: " +
         ", ".join(os.path.join(out, f"{e.name}.md") for e, _ in plan))

@@ -624,20 +624,19 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
         buffer = self._get_input_buffer(incremental_state)
         if buffer:
             spare = buffer.pop("spare", None)
+            rows = new_order.size(0)
             for name, value in list(buffer.items()):
                 if value is None:
                     continue
-                rows = new_order.size(0)
-                if name == "state" and spare is not None and spare.shape[0] >= rows \
-                        and spare.shape[1:] == value.shape[1:] and spare.dtype == value.dtype \
-                        and not value.requires_grad:
-                    # finished sentences only ever shrink the batch: the first rows of the spare do
-                    buffer[name] = torch.index_select(value, 0, new_order, out=spare[:rows])
-                    spare = value
-                else:
+                if name != "state" or value.requires_grad:
                     buffer[name] = value.index_select(0, new_order)
-                    if name == "state":
-                        spare = None if value.requires_grad else value
+                    continue
+                # finished sentences only ever shrink the batch: the first rows of the spare do
+                fits = spare is not None and spare.shape[0] >= rows and spare.shape[1:] == value.shape[1:] \
+                    and spare.dtype == value.dtype
+                buffer[name] = torch.index_select(value, 0, new_order, out=spare[:rows]) if fits \
+                    else value.index_select(0, new_order)
+                spare = value
             if spare is not None:
                 buffer["spare"] = spare
             incremental_state = self._set_input_buffer(incremental_state, buffer)
