@@ -5,22 +5,34 @@ import types
 
 import pytest
 import torch
+from conftest import FP32_EPS, assert_fp32_close, transformer_terms
 
 import rfa_doc_mt  # noqa: F401  (registers the task and models)
 from rfa_doc_mt.modules.lsh_attention import (
     LSHCrossAttention, LSHSelfAttention, hash_vectors, lsh_cross_attention, lsh_self_attention,
     random_ranks, random_rotations, reference_lsh_cross_attention, reference_lsh_self_attention)
 
-TOLERANCE = dict(atol=2e-5, rtol=1e-5)  # fp32 math inside the ops; measured differences are ~5e-7
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tensors here are tiny: one thread avoids spin-waiting on a shared CPU (10x faster)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def op_terms(dim, keys):
+    """Longest accumulation of an LSH attention output: the scores' dot products over ``dim``,
+    then a softmax (exp and sum) and a weighted sum over at most ``keys`` keys (every round's
+    chunks together never hold more keys than the sequence), the rounds' combination included.
+    Outputs are convex combinations of the values: terms of size max|values|."""
+    return dim + 2 * keys
+
+
+def module_terms(module, keys):
+    """op_terms behind a module's input (q, k, v) and output projections."""
+    return 2 * module.embed_dim + op_terms(module.head_dim, keys)
+
+
+def model_terms(source, target, vocabulary=0):
+    """conftest.transformer_terms for lsh_doc_transformer_tiny (128 wide, FFN 256, 2 + 2 layers)."""
+    return transformer_terms(128, 256, 2, 2, source, target, vocabulary=vocabulary)
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors (conftest.one_thread)
 
 
 def random_case(batch=2, heads=2, time=23, dim=8, rounds=3, classes=4, padding=5, seed=0):
@@ -100,7 +112,8 @@ def test_one_class_and_one_chunk_is_full_softmax_self_attention(causal):
     if causal:
         expected[:, :, 0] = values[:, :, 0]
     real = ~key_padding_mask  # padded queries are never read
-    torch.testing.assert_close(output.transpose(1, 2)[real], expected.transpose(1, 2)[real], **TOLERANCE)
+    assert_fp32_close(output.transpose(1, 2)[real], expected.transpose(1, 2)[real], op_terms(8, time),
+                      values.abs().max().item(), f"one class, one chunk vs full softmax (causal={causal})")
 
 
 def test_one_class_and_one_chunk_is_full_softmax_cross_attention():
@@ -110,7 +123,8 @@ def test_one_class_and_one_chunk_is_full_softmax_cross_attention():
     output = lsh_cross_attention(queries, keys, values, one_class_q, one_class_k, chunk_size=keys.shape[2],
                                  key_padding_mask=key_padding_mask)
     expected = full_softmax(queries, keys, values, ~key_padding_mask[:, None, None, :])
-    torch.testing.assert_close(output, expected, **TOLERANCE)
+    assert_fp32_close(output, expected, op_terms(8, keys.shape[2]), values.abs().max().item(),
+                      "one class, one chunk vs full softmax (cross)")
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -122,12 +136,13 @@ def test_self_attention_training_form_matches_reference(causal, chunk_size):
     output = lsh_self_attention(*inputs, classes, chunk_size, causal=causal, key_padding_mask=key_padding_mask)
     expected = reference_lsh_self_attention(*reference_inputs, classes, chunk_size, causal=causal,
                                             key_padding_mask=key_padding_mask)
-    torch.testing.assert_close(output, expected, **TOLERANCE)
+    terms = op_terms(8, shared_qk.shape[2])
+    assert_fp32_close(output, expected, terms, values.abs().max().item(), "self training form vs reference")
     weights = torch.randn_like(output)
     (output * weights).sum().backward()
     (expected * weights).sum().backward()
-    for got, want in zip(inputs, reference_inputs):
-        torch.testing.assert_close(got.grad, want.grad, **TOLERANCE)
+    for got, want in zip(inputs, reference_inputs):  # the backward pass: each sum again, transposed
+        assert_fp32_close(got.grad, want.grad, 2 * terms, name="self gradients vs reference")
 
 
 @pytest.mark.parametrize("chunk_size,query_chunk_size,shuffled", [
@@ -144,12 +159,13 @@ def test_cross_attention_training_form_matches_reference(chunk_size, query_chunk
     kwargs = dict(query_chunk_size=query_chunk_size, key_padding_mask=key_padding_mask, **orders)
     output = lsh_cross_attention(*inputs, query_classes, key_classes, chunk_size, **kwargs)
     expected = reference_lsh_cross_attention(*reference_inputs, query_classes, key_classes, chunk_size, **kwargs)
-    torch.testing.assert_close(output, expected, **TOLERANCE)
+    terms = op_terms(8, keys.shape[2])
+    assert_fp32_close(output, expected, terms, values.abs().max().item(), "cross training form vs reference")
     weights = torch.randn_like(output)
     (output * weights).sum().backward()
     (expected * weights).sum().backward()
-    for got, want in zip(inputs, reference_inputs):
-        torch.testing.assert_close(got.grad, want.grad, **TOLERANCE)
+    for got, want in zip(inputs, reference_inputs):  # the backward pass: each sum again, transposed
+        assert_fp32_close(got.grad, want.grad, 2 * terms, name="cross gradients vs reference")
 
 
 def test_a_key_offered_by_several_rounds_counts_once():
@@ -157,16 +173,16 @@ def test_a_key_offered_by_several_rounds_counts_once():
     shared_qk, values, classes, key_padding_mask = random_case(rounds=2)
     repeated = torch.cat([classes, classes[:, :, :1]], dim=2)
     for causal in (False, True):
-        torch.testing.assert_close(
+        assert_fp32_close(
             lsh_self_attention(shared_qk, values, repeated, 4, causal=causal, key_padding_mask=key_padding_mask),
             lsh_self_attention(shared_qk, values, classes, 4, causal=causal, key_padding_mask=key_padding_mask),
-            **TOLERANCE)
+            op_terms(8, shared_qk.shape[2]), values.abs().max().item(), "self, a round repeated")
     queries, keys, values, query_classes, key_classes, key_padding_mask = random_cross_case(rounds=2)
-    torch.testing.assert_close(
+    assert_fp32_close(
         lsh_cross_attention(queries, keys, values, torch.cat([query_classes] * 2, 2), torch.cat([key_classes] * 2, 2),
                             4, key_padding_mask=key_padding_mask),
         lsh_cross_attention(queries, keys, values, query_classes, key_classes, 4, key_padding_mask=key_padding_mask),
-        **TOLERANCE)
+        op_terms(8, keys.shape[2]), values.abs().max().item(), "cross, rounds repeated")
 
 
 # ---- one-hot oracles: zero logits make every softmax uniform, so outputs are plain averages ---
@@ -199,7 +215,8 @@ def test_self_attention_one_hot_oracle(causal, chunk_size):
     for i, chosen in enumerate(python_self_attention_sets(classes.tolist(), chunk_size, causal)):
         expected = torch.zeros(time)
         expected[list(chosen)] = 1.0 / len(chosen)
-        torch.testing.assert_close(output[i], expected, **TOLERANCE)
+        # zero scores: a softmax over at most 13 keys, then one-hot values
+        assert_fp32_close(output[i], expected, op_terms(dim, time), 1.0, f"one-hot oracle, query {i}")
     if chunk_size == 100:  # chunks cover the sequence: exactly "shares its class in any round"
         for i in range(time):
             shares = [j for j in range(time) if j != i and (not causal or j < i)
@@ -226,7 +243,7 @@ def test_cross_attention_aligns_chunks_and_falls_back_to_the_window_average():
     expected[0, [6, 7]] = 1 / 2
     expected[1, 2:] = 1 / 6
     expected[2, [6, 7]] = 1 / 2
-    torch.testing.assert_close(output, expected, **TOLERANCE)
+    assert_fp32_close(output, expected, op_terms(8, 8), 1.0, "hand-worked cross example")
 
 
 def test_cross_attention_class_absent_from_all_keys():
@@ -240,14 +257,14 @@ def test_cross_attention_class_absent_from_all_keys():
                                  key_classes, chunk_size=2)[0, 0, 0]
     expected = torch.zeros(8)
     expected[2:] = 1 / 6
-    torch.testing.assert_close(output, expected, **TOLERANCE)
+    assert_fp32_close(output, expected, op_terms(8, 8), 1.0, "class absent from the keys")
     padded = torch.zeros(1, 8, dtype=torch.bool)
     padded[0, 6:] = True
     output = lsh_cross_attention(torch.zeros(1, 1, 1, 8), zeros, values, torch.ones(1, 1, 1, 1, dtype=torch.long),
                                  key_classes, chunk_size=2, key_padding_mask=padded)[0, 0, 0]
     expected = torch.zeros(8)
     expected[2:6] = 1 / 4  # last real chunk is K2 now: j1 = K2, j2 = K1, aligned K2, window K1, K2
-    torch.testing.assert_close(output, expected, **TOLERANCE)
+    assert_fp32_close(output, expected, op_terms(8, 8), 1.0, "class absent, padded keys")
 
 
 # ---- causality -------------------------------------------------------------------------------
@@ -258,7 +275,8 @@ def test_causal_outputs_do_not_depend_on_later_positions():
     for t in (0, 5, 11, 22):
         inputs = [shared_qk.clone().requires_grad_(), values.clone().requires_grad_()]
         output = lsh_self_attention(*inputs, classes, chunk_size=4, causal=True)
-        output[:, :, t].sum().backward()
+        probe = torch.randn(output[:, :, t].shape, generator=torch.Generator().manual_seed(t))  # see conftest.probe_like
+        (output[:, :, t] * probe).sum().backward()
         for tensor in inputs:
             assert t == 22 or tensor.grad[:, :, t + 1:].abs().max() == 0
         assert inputs[1].grad[:, :, :t + 1].abs().max() > 0  # (it does depend on something)
@@ -310,18 +328,19 @@ def test_cross_attention_shuffles_only_in_training():
     module.eval()
     state = torch.get_rng_state()
     evaluated = module(query, key, key)[0]
-    torch.testing.assert_close(module(query, key, key)[0], evaluated)
+    assert torch.equal(module(query, key, key)[0], evaluated)  # the same computation, repeated
     # inference sorts by position: the plain op without any shuffle
     queries, keys, values = (module._split_heads(p(x)) for p, x in
                              ((module.q_proj, query), (module.k_proj, key), (module.v_proj, key)))
     plain = lsh_cross_attention(queries, keys, values, hash_vectors(queries, module.rotations),
                                 hash_vectors(keys, module.rotations), 3)
-    torch.testing.assert_close(evaluated, module.out_proj(module._merge_heads(plain)), **TOLERANCE)
+    assert_fp32_close(evaluated, module.out_proj(module._merge_heads(plain)), module_terms(module, 40),
+                      name="evaluation vs the plain op")
     module.train()  # dropout is 0: only the shuffle differs
     module.set_num_updates(3)
     trained = module(query, key, key)[0]
     assert not torch.allclose(trained, evaluated, atol=1e-4)
-    torch.testing.assert_close(module(query, key, key)[0], trained)  # recomputation repeats it
+    assert torch.equal(module(query, key, key)[0], trained)  # recomputation repeats it
     module.set_num_updates(4)
     assert not torch.allclose(module(query, key, key)[0], trained, atol=1e-4)
     assert torch.equal(torch.get_rng_state(), state)  # the global RNG is untouched
@@ -342,10 +361,12 @@ def test_incremental_self_attention_is_the_unchunked_class_restriction():
     shared_qk, values = module._split_heads(module.q_proj(x)), module._split_heads(module.v_proj(x))
     classes = hash_vectors(shared_qk, module.rotations)
     promised = reference_lsh_self_attention(shared_qk, values, classes, None, causal=True)
-    torch.testing.assert_close(stepped, module.out_proj(module._merge_heads(promised)), **TOLERANCE)
+    assert_fp32_close(stepped, module.out_proj(module._merge_heads(promised)), module_terms(module, time),
+                      name="incremental self vs reference")
     # = the training form once one chunk holds the whole sequence ...
     one_chunk = lsh_self_attention(shared_qk, values, classes, time, causal=True)
-    torch.testing.assert_close(promised, one_chunk, **TOLERANCE)
+    assert_fp32_close(promised, one_chunk, op_terms(module.head_dim, time), values.abs().max().item(),
+                      "reference vs one chunk")
     # ... and not the training form with chunks of 3 (which needs the whole sequence's sort)
     assert not torch.allclose(promised, lsh_self_attention(shared_qk, values, classes, 3, causal=True), atol=1e-3)
 
@@ -364,7 +385,8 @@ def test_incremental_cross_attention_uses_one_query_per_chunk():
     promised = lsh_cross_attention(queries, keys, values, hash_vectors(queries, module.rotations),
                                    hash_vectors(keys, module.rotations), 3, query_chunk_size=1,
                                    key_padding_mask=key_padding_mask)
-    torch.testing.assert_close(stepped, module.out_proj(module._merge_heads(promised)), **TOLERANCE)
+    assert_fp32_close(stepped, module.out_proj(module._merge_heads(promised)), module_terms(module, 19),
+                      name="incremental cross vs one query a chunk")
 
 
 def test_beam_reordering_continues_the_selected_hypotheses():
@@ -386,8 +408,9 @@ def test_beam_reordering_continues_the_selected_hypotheses():
     replayed = torch.cat([history.index_select(1, new_order), future])
     fresh_self, _ = decode_step_by_step(self_attention, replayed)
     fresh_cross, _ = decode_step_by_step(cross_attention, replayed, encoder_out.index_select(1, new_order))
-    torch.testing.assert_close(continued_self, fresh_self[before:], **TOLERANCE)
-    torch.testing.assert_close(continued_cross, fresh_cross[before:], **TOLERANCE)
+    assert_fp32_close(continued_self, fresh_self[before:], module_terms(self_attention, before + after),
+                      name="self after reorder")
+    assert_fp32_close(continued_cross, fresh_cross[before:], module_terms(cross_attention, 11), name="cross after reorder")
 
 
 def test_attention_dropout_only_in_training():
@@ -400,7 +423,7 @@ def test_attention_dropout_only_in_training():
                                          key_padding_mask=key_mask, **kw),
     ]
     for form in forms:
-        torch.testing.assert_close(form(dropout_p=0.5, training=False), form())
+        assert torch.equal(form(dropout_p=0.5, training=False), form())  # evaluation skips dropout
         torch.manual_seed(0)
         first = form(dropout_p=0.5, training=True)
         assert torch.isfinite(first).all() and not torch.allclose(first, form(dropout_p=0.5, training=True))
@@ -414,7 +437,10 @@ def test_low_precision_inputs_use_fp32_math():
         exact = lsh_self_attention(shared_qk.to(dtype).float(), values.to(dtype).float(), classes, 4, causal=True,
                                    key_padding_mask=key_padding_mask)
         assert low.dtype == dtype
-        torch.testing.assert_close(low.float(), exact.to(dtype).float())  # only the final rounding differs
+        # only the final rounding differs: the fp32 results (within fp32_tolerance of each other)
+        # may round to neighbouring values of `dtype`, one ulp (eps · |value|) apart
+        torch.testing.assert_close(low.float(), exact.to(dtype).float(), rtol=torch.finfo(dtype).eps,
+                                   atol=op_terms(8, 23) * FP32_EPS * values.abs().max().item())
     with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast does not reach inside the op
         inside = lsh_self_attention(shared_qk, values, classes, 4, causal=True, key_padding_mask=key_padding_mask)
         rotations = random_rotations(2, 3, 8, 4, seed=0)
@@ -490,7 +516,7 @@ def test_checkpoint_round_trip_keeps_rotations_and_outputs(tmp_path):
     reloaded, _ = build_model(*ALL_THREE, "--lsh-chunk-size", "4", "--lsh-seed", "99")  # other rotations
     assert not torch.equal(reloaded.encoder.layers[0].self_attn.rotations, model.encoder.layers[0].self_attn.rotations)
     reloaded.load_state_dict(torch.load(tmp_path / "model.pt"))
-    torch.testing.assert_close(reloaded(source, lengths, target)[0], expected)
+    assert torch.equal(reloaded(source, lengths, target)[0], expected)  # same weights, same computation
 
 
 def test_decoder_token_by_token_equals_one_forward_pass():
@@ -505,7 +531,7 @@ def test_decoder_token_by_token_equals_one_forward_pass():
         state = {}
         stepped = torch.cat([model.decoder(target[:, :t + 1], encoder_out=encoder_out, incremental_state=state)[0]
                              for t in range(target.shape[1])], dim=1)
-    torch.testing.assert_close(stepped, full, atol=1e-4, rtol=1e-4)
+    assert_fp32_close(stepped, full, model_terms(source.shape[1], target.shape[1]), name="token by token vs full")
 
 
 def test_beam_search_scores_equal_teacher_forced_scores():
@@ -521,7 +547,8 @@ def test_beam_search_scores_equal_teacher_forced_scores():
         with torch.no_grad():
             logits = model(source[row:row + 1, :lengths[row]], lengths[row:row + 1], prev_output_tokens)[0]
         log_probs = torch.log_softmax(logits.float(), -1)[0].gather(-1, best["tokens"].unsqueeze(-1)).squeeze(-1)
-        torch.testing.assert_close(best["positional_scores"], log_probs, atol=1e-4, rtol=1e-4)
+        assert_fp32_close(best["positional_scores"], log_probs, model_terms(source.shape[1], 8, len(dictionary)),
+                          name="beam scores vs teacher forcing")
 
 
 def test_activation_checkpointing_recomputes_the_same_shuffle():
@@ -537,5 +564,8 @@ def test_activation_checkpointing_recomputes_the_same_shuffle():
         target[:, 0] = dictionary.eos()
         model(source, lengths, target)[0].pow(2).mean().backward()
         gradients.append([p.grad for p in model.parameters() if p.grad is not None])
+    # the backward pass runs each sum again, transposed, and sums over the 3 x 12 positions
+    terms = 2 * model_terms(source.shape[1], 12) + 36
+    largest = max(g.abs().max().item() for g in gradients[0])
     for plain, recomputed in zip(*gradients):
-        torch.testing.assert_close(recomputed, plain, **TOLERANCE)
+        assert_fp32_close(recomputed, plain, terms, largest, "gradients with activation checkpointing")

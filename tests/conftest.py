@@ -1,0 +1,97 @@
+"""Fixtures and helpers shared by the tests.
+
+Numerical comparisons
+---------------------
+Two fp32 computations of one quantity that differ only in the order of their operations (the
+reference, training and incremental forms of an attention; a batch against its rows; a full
+pass against token-by-token decoding) do not agree bit for bit, and how far apart they land
+depends on the CPU's kernels (AVX-512, AVX2 and torch's generic kernels sum in different
+orders). The tolerance therefore follows from the arithmetic, never from what one machine printed:
+
+* a sum (or dot product) of n fp32 terms lies within γ_n·Σ|terms| of the exact sum, with
+  γ_n = n·u/(1 - n·u) and u = 2⁻²⁴ the unit roundoff (Higham, *Accuracy and Stability of
+  Numerical Algorithms*, 2nd ed., §3.1); to first order the errors of a chain of sums add, so
+  n is the total number of terms accumulated along the path from the inputs to the compared
+  value (stated in each test);
+* two such computations lie within 2·γ_n ≈ n·eps of each other, relative to the size of
+  the terms, eps = 2⁻²³ = :data:`FP32_EPS`;
+* the size of the terms is taken as the largest magnitude compared (``magnitude``), or
+  given by the test when the terms are larger than their sum (cancellation, e.g. the
+  random-feature normaliser).
+
+``fp32_tolerance(terms, magnitude)`` is that bound; ``assert_fp32_close`` applies it and prints
+the measured difference beside it (``pytest -s``). Outputs of different orders of operations
+at positions nothing reads (padding) are left out by the tests.
+"""
+
+import pytest
+import torch
+
+FP32_EPS = torch.finfo(torch.float32).eps  # 2**-23 = 2u
+
+
+def fp32_tolerance(terms: int, magnitude: float) -> float:
+    """Largest difference expected between two fp32 evaluations of a value whose computation
+    accumulates ``terms`` terms along its longest path, the terms of size ``magnitude``."""
+    gamma = terms * FP32_EPS / 2 / (1 - terms * FP32_EPS / 2)
+    return 2 * gamma * float(magnitude)
+
+
+def low_precision_tolerance(roundings: int, magnitude: float, dtype: torch.dtype = torch.bfloat16) -> float:
+    """Largest error of a computation in which ``roundings`` operands on the path are rounded to
+    ``dtype`` (autocast rounds the inputs and the weights of every matmul; it accumulates in
+    fp32), against the same computation in fp32: to first order each rounding adds a relative
+    error of at most u = eps(dtype) / 2 of the values it passes on, of size ``magnitude``."""
+    return roundings * torch.finfo(dtype).eps / 2 * float(magnitude)
+
+
+def assert_fp32_close(actual: torch.Tensor, expected: torch.Tensor, terms: int, magnitude: float = None,
+                      name: str = "") -> float:
+    """Assert ``|actual - expected| <= fp32_tolerance(terms, magnitude)`` everywhere; returns the
+    largest difference. ``magnitude`` defaults to the largest |expected|."""
+    actual, expected = actual.detach().double(), expected.detach().double()
+    if magnitude is None:
+        magnitude = expected.abs().max().item() if expected.numel() else 0.0
+    bound = fp32_tolerance(terms, magnitude)
+    difference = (actual - expected).abs().max().item() if expected.numel() else 0.0
+    print(f"[fp32] {name or 'difference'}: {difference:.3g} (bound {bound:.3g}: {terms} terms of size {magnitude:.3g})")
+    torch.testing.assert_close(actual, expected, rtol=0.0, atol=bound,
+                               msg=lambda message: f"{name}: {message}\n(bound: {terms} fp32 terms of size "
+                                                   f"{magnitude:.3g})")
+    return difference
+
+
+def probe_like(output: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """A fixed random direction to project ``output`` on before taking a gradient.
+
+    A dependence test asks whether an output depends on an input through a gradient. The plain
+    sum of an output can have an exactly zero true gradient (the sum of a LayerNorm's output is
+    its bias, whatever its input), and then the test reads rounding noise; a random projection
+    of the output has a non-zero gradient wherever the output depends on the input."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(output.shape, generator=generator, dtype=output.dtype)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny tensors: one thread is fastest, and spared spin-waits on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+
+def transformer_terms(embed_dim: int, ffn_dim: int, encoder_layers: int, decoder_layers: int, source: int,
+                      target: int, features: int = 0, vocabulary: int = 0) -> int:
+    """Terms accumulated along the longest path from the inputs to a decoder output.
+
+    Per attention: the input and output projections (2 x ``embed_dim``) and the sum over its
+    keys (``source`` or ``target`` positions; RFA adds the dot products over ``features``);
+    per LayerNorm its mean and variance (2 x ``embed_dim``); per feed-forward block
+    ``embed_dim + ffn_dim``; then the output projection (``embed_dim``) and, for scores, the
+    log-softmax over the ``vocabulary``."""
+    attention = 2 * embed_dim + features
+    encoder_layer = attention + source + 2 * 2 * embed_dim + embed_dim + ffn_dim
+    decoder_layer = 2 * attention + target + source + 3 * 2 * embed_dim + embed_dim + ffn_dim
+    return encoder_layers * encoder_layer + decoder_layers * decoder_layer + embed_dim + vocabulary
