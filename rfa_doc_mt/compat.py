@@ -1,10 +1,11 @@
 """The one place that adapts fairseq 0.12.3.1 (``fairseq-fixed``) to the torch it runs on.
 
-Two adaptations, both small:
+Three adaptations, all small:
 
 1. Checkpoint loading: torch >= 2.6 defaults ``torch.load`` to ``weights_only=True``, which
 refuses fairseq checkpoints (they pickle argparse/omegaconf configs). fairseq's
-``checkpoint_utils`` module gets a view of torch whose ``load`` defaults to
+``checkpoint_utils`` module, and its ``distributed.utils`` (where a resumed multi-worker run
+receives the checkpoint rank 0 loaded), get a view of torch whose ``load`` defaults to
 ``weights_only=False``; torch itself is untouched for every other caller. A fairseq
 checkpoint is a pickle: load only checkpoints you trust, as with any fairseq release.
 
@@ -12,15 +13,31 @@ checkpoint is a pickle: load only checkpoints you trust, as with any fairseq rel
    size is not a multiple of ``--required-batch-size-multiple`` (default 8). For
    ``fairseq-generate`` and validation that silently loses sentences (one test sentence
    went missing from a decoded document). The wrapper keeps that batch.
+
+3. Distributed training on CPU (``--distributed-world-size N`` without CUDA, or with ``--cpu``):
+   fairseq's launcher assumes one process per GPU. It asserts ``world size <= GPU count``,
+   computes the device as ``rank % torch.cuda.device_count()`` (a division by zero on a CPU
+   machine), spawns ``min(GPU count, world size)`` processes and defaults to the NCCL backend;
+   its DDP wrapper passes ``device_ids=[device_id]``, which torch refuses for a CPU module.
+   On CPU only, ``call_main`` selects ``gloo`` (when the backend is the default ``nccl``), a
+   ``tcp://localhost`` rendezvous on a free port (or ``env://`` under ``torchrun``) and spawns
+   one process per worker on this host; each then runs fairseq's own ``distributed_main``, and
+   DDP gets ``device_ids=None`` for CPU modules. With CUDA (and no ``--cpu``) both are fairseq's
+   unchanged: NCCL, one process per GPU.
 """
 
 import functools
+import os
+import socket
 import types
 
 import numpy as np
 import torch
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
+from fairseq.distributed import utils as distributed_utils
+from fairseq.models import distributed_fairseq_model
+from torch.nn.parallel import DistributedDataParallel
 
 
 def _load_fairseq_checkpoint(*args, **kwargs):
@@ -40,8 +57,9 @@ class _TorchForCheckpoints(types.ModuleType):
     load = staticmethod(functools.wraps(torch.load)(_load_fairseq_checkpoint))
 
 
-if not isinstance(checkpoint_utils.torch, _TorchForCheckpoints):
-    checkpoint_utils.torch = _TorchForCheckpoints()
+for _module in (checkpoint_utils, distributed_utils):
+    if not isinstance(_module.torch, _TorchForCheckpoints):
+        _module.torch = _TorchForCheckpoints()
 
 
 def _batch_by_size_keeping_remainder(indices, *args, **kwargs):
@@ -57,3 +75,59 @@ if not getattr(data_utils.batch_by_size, "keeps_remainder", False):
     _fairseq_batch_by_size = data_utils.batch_by_size
     _batch_by_size_keeping_remainder.keeps_remainder = True
     data_utils.batch_by_size = _batch_by_size_keeping_remainder
+
+
+def trains_on_cpu(cfg) -> bool:
+    """Whether fairseq will train ``cfg`` (a FairseqConfig) on the CPU, where its launcher cannot."""
+    return not cfg.common.tpu and (cfg.common.cpu or not torch.cuda.is_available())
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+def _call_main_on_cpu_too(cfg, main, **kwargs):
+    training = cfg.distributed_training
+    if not trains_on_cpu(cfg) or training.distributed_world_size <= 1 or training.pipeline_model_parallel:
+        return _fairseq_call_main(cfg, main, **kwargs)
+    if training.distributed_backend == "nccl":  # fairseq's default; NCCL needs GPUs
+        training.distributed_backend = "gloo"
+    if training.distributed_init_method is None:
+        if all(name in os.environ for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")):
+            # torchrun started this process (fairseq's _infer_torch_distributed_launch_init, minus the GPU)
+            training.distributed_init_method = "env://"
+            training.distributed_world_size = int(os.environ["WORLD_SIZE"])
+            training.distributed_rank = int(os.environ["RANK"])
+            training.device_id = int(os.environ.get("LOCAL_RANK", 0))
+            training.distributed_no_spawn = True
+        else:
+            port = training.distributed_port if training.distributed_port > 0 else _free_port()
+            training.distributed_init_method = f"tcp://localhost:{port}"
+    if training.distributed_no_spawn:
+        return _fairseq_call_main(cfg, main, **kwargs)  # runs distributed_main in this process
+    # fairseq spawns one process per visible GPU; on CPU, one per worker
+    kwargs["start_rank"] = training.distributed_rank
+    training.distributed_rank = None  # distributed_main assigns start_rank + process index
+    torch.multiprocessing.spawn(fn=distributed_utils.distributed_main, args=(main, cfg, kwargs),
+                                nprocs=training.distributed_world_size, join=True)
+
+
+if not getattr(distributed_utils.call_main, "trains_on_cpu_too", False):
+    _fairseq_call_main = distributed_utils.call_main
+    _call_main_on_cpu_too.trains_on_cpu_too = True
+    distributed_utils.call_main = _call_main_on_cpu_too
+
+
+class CPUDistributedDataParallel(DistributedDataParallel):
+    """torch's DDP, accepting fairseq's ``device_ids=[device_id]`` for a CPU module by dropping it
+    (torch raises for device ids on a CPU module; GPU modules keep theirs)."""
+
+    def __init__(self, module, device_ids=None, output_device=None, **kwargs):
+        if all(parameter.device.type == "cpu" for parameter in module.parameters()):
+            device_ids, output_device = None, None
+        super().__init__(module, device_ids=device_ids, output_device=output_device, **kwargs)
+
+
+distributed_fairseq_model.DistributedDataParallel = CPUDistributedDataParallel

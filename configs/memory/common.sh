@@ -24,9 +24,10 @@ TASK_ARGS="--context-size 0 --recurrent-memory --optimization-window ${MEMORY_OP
 MODEL_ARGS="--arch memory_doc_transformer --share-all-embeddings --memory-slots 16
   --encoder-memory-layers $ENCODER_MEMORY_LAYERS --decoder-memory-layers $DECODER_MEMORY_LAYERS
   --dropout ${MEMORY_DROPOUT:-0.2}"
+# --ddp-backend legacy_ddp: with several workers, one all-reduce per update (tasks/doc_translation.py)
 TRAIN_ARGS="--optimizer finetune_adam --adam-betas (0.9,0.98) --weight-decay 0.0001 --lr 3e-4
   --pretrained-lr-scale 0.2 --lr-scheduler inverse_sqrt --warmup-updates ${MEMORY_WARMUP:-1000}
   --warmup-init-lr 1e-07 --max-tokens 2048 --criterion label_smoothed_cross_entropy --label-smoothing 0.1
-  --seed 1 --patience 5 --no-epoch-checkpoints --log-interval 100
+  --seed 1 --patience 5 --no-epoch-checkpoints --log-interval 100 --ddp-backend legacy_ddp
   ${MEMORY_PRETRAINED:+--finetune-from-model $MEMORY_PRETRAINED}"
 DECODE_ARGS="--beam 5"

@@ -17,6 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 from fairseq.data import FairseqDataset, data_utils
+from fairseq.tasks.translation import TranslationConfig
 
 from .io import DataError, Document, document_offsets
 
@@ -135,7 +136,8 @@ class DocumentWindowDataset(FairseqDataset):
         return cumulative[self.index.current_sentence + 1] - cumulative[self.index.first_sentence]
 
     def check_positions(self, max_source_positions: int, max_target_positions: int, path: str) -> None:
-        """Stop, naming the document and sentence, when a window exceeds a position limit."""
+        """Stop, naming the document and sentence, when a window exceeds a position limit (the
+        task's ``--max-source-positions`` / ``--max-target-positions``)."""
         for side, sizes, limit in (("source", self.source_sizes, max_source_positions),
                                    ("target", self.target_sizes, max_target_positions)):
             if sizes is None or limit is None:
@@ -144,12 +146,15 @@ class DocumentWindowDataset(FairseqDataset):
             if len(too_long):
                 i = too_long[0]
                 document = self.documents[self.index.document[i]]
+                option = f"--max-{side}-positions"
+                # the task's value: given (command line or config) or fairseq's default
+                origin = (f"{option}'s default" if limit == TranslationConfig.__dataclass_fields__[
+                    f"max_{side}_positions"].default else f"{option} {limit}")
                 raise DataError(
                     f"{path}: the {side} window of document {document.name!r} (document "
                     f"{self.index.document[i] + 1}), sentence {self.index.position[i] + 1} has "
-                    f"{sizes[i]} tokens, over the model's limit of {limit} positions "
-                    f"({len(too_long)} windows in all); use a smaller --context-size or raise "
-                    f"--max-{side}-positions")
+                    f"{sizes[i]} tokens, over the limit of {limit} {side} positions set by {origin} "
+                    f"({len(too_long)} windows in all); use a smaller --context-size or raise {option}")
 
     def window_tokens(self, sentences, separator: int, i: int) -> torch.Tensor:
         first, current = self.index.first_sentence[i], self.index.current_sentence[i]
@@ -263,6 +268,13 @@ class DocumentWindowDataset(FairseqDataset):
     def supports_prefetch(self):
         return False
 
+    @property
+    def can_reuse_epoch_itr_across_epochs(self):
+        # fairseq then builds each epoch's batches anew, from seed + epoch; reusing them would keep
+        # the batches of the epoch a run (re)started in, so a run resumed in a later epoch would
+        # train on other batches than an uninterrupted one
+        return False
+
     def filter_indices_by_size(self, indices, max_sizes):
         return data_utils.filter_paired_dataset_indices_by_size(
             self.source_sizes, self.target_sizes, indices, max_sizes)
@@ -308,13 +320,19 @@ def document_ordered_batches(index: WindowIndex, indices: np.ndarray, num_tokens
     Documents are split into groups (as many as fit ``max_sentences`` / ``max_tokens`` at
     their longest window); a group yields one batch per sentence position, in order.
     """
-    batches = []
+    return [batch for group in document_ordered_group_batches(index, indices, num_tokens, max_tokens, max_sentences)
+            for batch in group]
+
+
+def document_ordered_group_batches(index: WindowIndex, indices: np.ndarray, num_tokens: np.ndarray,
+                                   max_tokens: Optional[int], max_sentences: Optional[int]) -> List[List[np.ndarray]]:
+    """:func:`document_ordered_batches`, kept apart per document group."""
     groups = document_groups(index, indices, num_tokens, max_tokens, max_sentences)
+    group_batches = []
     for members in group_members(index, indices, groups):
         positions = index.position[members]
-        for position in np.unique(positions):
-            batches.append(members[positions == position])
-    return batches
+        group_batches.append([members[positions == position] for position in np.unique(positions)])
+    return group_batches
 
 
 def parse_optimization_window(value: str) -> Tuple[int, Optional[int]]:
@@ -347,16 +365,45 @@ def memory_training_batches(index: WindowIndex, groups: Sequence[np.ndarray],
     recomputes that previous sentence; for the first position of a window the collater
     (``sentence_steps``) adds it as a *context step*.
     """
+    return [batch for group in memory_training_group_batches(index, groups, window, rng) for batch in group]
+
+
+def memory_training_group_batches(index: WindowIndex, groups: Sequence[np.ndarray],
+                                  window: Tuple[int, Optional[int]],
+                                  rng: np.random.RandomState) -> List[List[np.ndarray]]:
+    """:func:`memory_training_batches`, kept apart per document group (in the drawn order)."""
     low, high = window
-    batches = []
+    group_batches = []
     for group_number in rng.permutation(len(groups)):
         members = groups[group_number]
         positions = index.position[members]
         ends = np.unique(positions)
-        start = 0
+        batches, start = [], 0
         while start < len(ends):
             size = len(ends) if high is None else int(rng.randint(low, high + 1))
             stop = min(start + size, len(ends))
             batches.append(members[(positions >= ends[start]) & (positions <= ends[stop - 1])])
             start = stop
-    return batches
+        group_batches.append(batches)
+    return group_batches
+
+
+def interleave_group_shards(group_batches: Sequence[Sequence[np.ndarray]], num_shards: int) -> List[np.ndarray]:
+    """One batch list for ``num_shards`` workers that gives each worker whole document groups.
+
+    fairseq shards a batch list round robin (batch i goes to worker i mod ``num_shards``,
+    ``iterators.ShardedIterator``). Here each group, in order, goes to the worker with the fewest
+    batches so far (the lowest-numbered one on a tie), so a document's sentences stay on one
+    worker and in order; the workers' lists are padded with empty batches to the same length
+    (every worker runs the same number of steps, as DDP's collective all-reduces need; fairseq's
+    trainer runs an empty batch as a dummy batch with zero gradient) and interleaved so that the
+    round robin deals each worker its own list.
+    """
+    shards: List[List[np.ndarray]] = [[] for _ in range(num_shards)]
+    for batches in group_batches:
+        min(shards, key=len).extend(batches)  # min returns the first of equals
+    length = max(len(shard) for shard in shards)
+    empty = np.zeros(0, dtype=np.int64)
+    for shard in shards:
+        shard.extend([empty] * (length - len(shard)))
+    return [shard[step] for step in range(length) for shard in shards]

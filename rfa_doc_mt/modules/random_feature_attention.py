@@ -102,9 +102,11 @@ class RandomMatrices(nn.Module):
 
     * training: every forward draws a new matrix from a bank of
       :data:`RANDOM_MATRIX_BANK_SIZE` seeded matrices; the draw depends only on the module's
-      seed, the update number (fairseq calls ``set_num_updates`` before each step) and the
-      number of draws in this update, never on global RNG, so every distributed worker draws
-      the same matrices;
+      seed, the update number and the number of draws since fairseq's ``set_num_updates``
+      (called before every micro-batch), never on global RNG. So every micro-batch of an update,
+      on every distributed worker and with any ``--update-freq``, draws the same matrices: an
+      update's batch sees one sample of the random features however it is split, and a resumed
+      run draws what an uninterrupted one does;
     * evaluation: always the same matrix (``eval_matrix``), so the training form, the
       incremental form and beam search see identical features.
 
@@ -132,10 +134,9 @@ class RandomMatrices(nn.Module):
                                           self.head_dim)
 
     def set_num_updates(self, num_updates: int) -> None:
-        # fairseq calls this before every micro-batch; draws restart only with a new update
-        if num_updates != self.num_updates:
-            self.num_updates = num_updates
-            self.draws_in_update = 0
+        # fairseq calls this before every micro-batch (FairseqTask.train_step): the draws restart
+        self.num_updates = num_updates
+        self.draws_in_update = 0
 
     def draw_index(self) -> int:
         """Bank index of the next training draw: a hash of (seed, update, draw), no global RNG."""

@@ -15,9 +15,12 @@ the authors' release); windows are then decoded in document order.
 at a time and carries a memory from each sentence to the next: every split is batched in
 document order (batch t holds sentence t of a group of documents), training in optimisation
 windows of ``--optimization-window`` sentence positions, document groups shuffled per epoch but
-never the sentences within one; generation/memory_decoding.py carries the memories.
+never the sentences within one; generation/memory_decoding.py carries the memories. On several
+workers (``--ddp-backend legacy_ddp``) each worker reads whole document groups, and a checkpoint
+holds the memories of the documents being read, so that a resumed run goes on as an uninterrupted one.
 """
 
+import functools
 import logging
 import os
 from dataclasses import dataclass, field
@@ -27,12 +30,15 @@ import torch
 from fairseq import utils
 from fairseq.data import data_utils, iterators
 from fairseq.dataclass import ChoiceEnum
+from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..data.io import DataError, read_docs
-from ..data.windows import (DocumentWindowDataset, current_sentence_mask, document_groups, group_members,
-                            last_sentence, memory_training_batches, parse_optimization_window)
+from ..data.windows import (DocumentWindowDataset, current_sentence_mask, document_groups,
+                            document_ordered_group_batches, group_members, interleave_group_shards,
+                            last_sentence, memory_training_batches, memory_training_group_batches,
+                            parse_optimization_window)
 from ..generation import memory_decoding
 from ..generation.memory_decoding import DocumentMemories
 
@@ -94,6 +100,8 @@ class DocTranslationTask(TranslationTask):
             # memories of the documents being read, between batches (training / everything else)
             self.train_memories = DocumentMemories()
             self.eval_memories = DocumentMemories()
+            self.all_train_memories = None  # every worker's train_memories, collected for a checkpoint
+            self.restored_train_memories = None  # train_memories read from a checkpoint
 
     @classmethod
     def setup_task(cls, cfg: DocTranslationConfig, **kwargs):
@@ -140,38 +148,94 @@ class DocTranslationTask(TranslationTask):
                            ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1, num_shards=1,
                            shard_id=0, num_workers=0, epoch=1, data_buffer_size=0, disable_iterator_cache=False,
                            skip_remainder_batch=False, grouped_shuffling=False, update_epoch_batch_itr=False):
-        if not getattr(dataset, "sentence_steps", False):
+        sentence_steps = getattr(dataset, "sentence_steps", False)
+        if not sentence_steps and not (num_shards > 1 and getattr(dataset, "document_ordered", False)):
             return super().get_batch_iterator(
                 dataset, max_tokens, max_sentences, max_positions, ignore_invalid_inputs,
                 required_batch_size_multiple, seed, num_shards, shard_id, num_workers, epoch, data_buffer_size,
                 disable_iterator_cache, skip_remainder_batch, grouped_shuffling, update_epoch_batch_itr)
-        # recurrent-memory training: fixed document groups, their order drawn anew each epoch
-        if num_shards > 1:
-            raise NotImplementedError("--recurrent-memory trains on one worker: a document group's "
-                                      "sentences must follow each other through one model")
+        # Recurrent-memory training (fixed document groups, their order drawn anew each epoch) and
+        # document-ordered batches on several workers. Each worker gets whole document groups: a
+        # document's sentences follow each other through one replica, which carries its memory (or
+        # reads its earlier translations). Every worker computes the same batch list (same seed) and
+        # fairseq's sharding deals each its own (data/windows.py: interleave_group_shards).
         with data_utils.numpy_seed(seed):
             indices = dataset.ordered_indices()
         if max_positions is not None:
             indices = self.filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
-        index = dataset.index
-        groups = group_members(index, indices, document_groups(
-            index, indices, dataset.num_tokens_vec(np.arange(len(dataset))), max_tokens, max_sentences))
-        window = self.optimization_window
+        index, num_tokens = dataset.index, dataset.num_tokens_vec(np.arange(len(dataset)))
+        if sentence_steps:
+            groups = group_members(index, indices, document_groups(index, indices, num_tokens, max_tokens,
+                                                                   max_sentences))
+            window = self.optimization_window
 
-        def batches_for_epoch(dataset, epoch):
-            return memory_training_batches(index, groups, window, np.random.RandomState((seed, epoch)))
-
-        return iterators.EpochBatchIterator(
-            dataset=dataset, collate_fn=dataset.collater, batch_sampler=batches_for_epoch, seed=seed,
-            num_workers=num_workers, epoch=epoch, buffer_size=data_buffer_size,
-            disable_shuffling=True,  # the order is the point: batches_for_epoch shuffles groups only
+            def batch_sampler(dataset, epoch):
+                rng = np.random.RandomState((seed, epoch))
+                if num_shards == 1:
+                    return memory_training_batches(index, groups, window, rng)
+                return interleave_group_shards(memory_training_group_batches(index, groups, window, rng),
+                                               num_shards)
+            num_groups = len(groups)
+        else:
+            group_batches = document_ordered_group_batches(index, indices, num_tokens, max_tokens, max_sentences)
+            batch_sampler = interleave_group_shards(group_batches, num_shards)
+            num_groups = len(group_batches)
+        if sentence_steps and num_groups < num_shards:
+            logger.warning(f"{num_groups} document groups for {num_shards} workers: some workers only run "
+                           "dummy batches")
+        iterator = functools.partial(MemoryTrainingIterator, self) if sentence_steps else iterators.EpochBatchIterator
+        return iterator(
+            dataset=dataset, collate_fn=dataset.collater, batch_sampler=batch_sampler, seed=seed,
+            num_shards=num_shards, shard_id=shard_id, num_workers=num_workers, epoch=epoch,
+            buffer_size=data_buffer_size,
+            disable_shuffling=True,  # the order is the point: batch_sampler shuffles groups only
             skip_remainder_batch=skip_remainder_batch)
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if not self.cfg.recurrent_memory:
             return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        if isinstance(getattr(model, "module", None), torch.nn.parallel.DistributedDataParallel):
+            # each worker back-propagates once per sentence position of its window, a number that
+            # differs between workers; torch's DDP all-reduces in every backward pass (and expects
+            # every parameter in each), fairseq's legacy_ddp once per update
+            raise ValueError("--recurrent-memory on several workers needs --ddp-backend legacy_ddp")
+        self.all_train_memories = None  # training goes on: the memories collected are out of date
+        if self.restored_train_memories is not None:
+            device = next(model.parameters()).device
+            self.train_memories.rows = {document: (position, {side: [m.to(device) for m in layers]
+                                                              for side, layers in memory.items()})
+                                        for document, (position, memory) in self.restored_train_memories.items()}
+            self.restored_train_memories = None
         return memory_decoding.train_step(self.train_memories, sample, model, criterion, optimizer,
                                           update_num, ignore_grad)
+
+    # ---- recurrent-memory training state in checkpoints (MemoryTrainingIterator) ---------------
+
+    def begin_valid_epoch(self, epoch, model):
+        super().begin_valid_epoch(epoch, model)
+        world_size = distributed_utils.get_data_parallel_world_size()
+        if self.cfg.recurrent_memory and world_size > 1:
+            # fairseq validates on every worker before it writes a checkpoint, which the first
+            # worker writes: it needs the memories of every worker's documents
+            parts = [None] * world_size
+            torch.distributed.all_gather_object(parts, memory_rows_on_cpu(self.train_memories),
+                                                group=distributed_utils.get_data_parallel_group())
+            self.all_train_memories = {document: row for part in parts for document, row in part.items()}
+
+    def train_memories_to_save(self) -> dict:
+        """{document: (sentence, memory)} of every worker, on the CPU."""
+        if distributed_utils.get_data_parallel_world_size() == 1:
+            return memory_rows_on_cpu(self.train_memories)
+        if self.all_train_memories is None:
+            logger.warning("this checkpoint holds the document memories of the first worker only: they are "
+                           "collected from every worker at validation, which did not run since the last update "
+                           "(--disable-validation?); on resume the other workers' documents restart from the "
+                           "initial memory")
+            return memory_rows_on_cpu(self.train_memories)
+        return self.all_train_memories
+
+    def restore_train_memories(self, rows: dict) -> None:
+        self.restored_train_memories = rows  # moved to the model's device at the next train_step
 
     def valid_step(self, sample, model, criterion):
         if not self.cfg.recurrent_memory:
@@ -220,6 +284,35 @@ class DocTranslationTask(TranslationTask):
             sample["target"] = sample["target"].masked_fill(
                 ~current_sentence_mask(sample["target"], self.target_separator), self.tgt_dict.pad())
         return hypotheses
+
+
+class MemoryTrainingIterator(iterators.EpochBatchIterator):
+    """fairseq's epoch iterator over recurrent-memory training batches, whose checkpointed position
+    also holds the memories that the documents being read carry from batch to batch: a run resumed
+    in the middle of a document group reads on with the memories an uninterrupted run has (not the
+    initial memory). fairseq saves the iterator state of the first worker and hands it to every
+    worker on resume; the first worker has every worker's memories from the validation that
+    precedes each checkpoint (:meth:`DocTranslationTask.begin_valid_epoch`)."""
+
+    def __init__(self, task: DocTranslationTask, **kwargs):
+        super().__init__(**kwargs)
+        self.task = task
+
+    def state_dict(self):
+        state = super().state_dict()
+        if state["iterations_in_epoch"] > 0:  # at the end of an epoch every document has ended
+            state["document_memories"] = self.task.train_memories_to_save()
+        return state
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        self.task.restore_train_memories(state_dict.get("document_memories") or {})
+
+
+def memory_rows_on_cpu(memories: DocumentMemories) -> dict:
+    return {document: (position, {side: [m.detach().cpu().clone() for m in layers]
+                                  for side, layers in memory.items()})
+            for document, (position, memory) in memories.rows.items()}
 
 
 def keep_last_sentence(hypothesis: dict, separator: int) -> None:

@@ -1,0 +1,518 @@
+"""Multi-worker training through fairseq's own distributed engine, on CPU (gloo, two processes).
+
+Two workers run every training of this file together (one spawn, :func:`run_workers`); each
+training goes through fairseq's launcher (``distributed_utils.call_main``, adapted for the CPU
+by rfa_doc_mt/compat.py), trainer, DDP wrapper and data sharding, exactly as ``fairseq-train``
+runs it, except that the two processes are started once for all trainings (``--distributed-no-spawn``
+with an explicit rank) instead of once per training, which keeps the file inside its time budget.
+``test_train_script_spawns_two_cpu_workers`` runs the real command line, spawn included.
+
+While they train, the workers record what the tests compare: the parameters at the end, every
+random matrix RFA draws and the LSH rotations and shuffle seeds at every forward (through a
+global module forward hook, test-only), and the rows of every training step, (document,
+sentence) for the recurrent-memory model (a spy on the task's ``train_step``, test-only).
+"""
+
+import hashlib
+import json
+import logging
+import os
+import socket
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_DIR = os.path.join(ROOT, "rfa_doc_mt")
+
+# dropout off, plain SGD: with no adaptive step the parameter difference between two runs is
+# the learning rate times the accumulated gradient difference (see fp32_parameter_tolerance)
+COMMON = ["--task", "doc_translation", "--user-dir", USER_DIR, "--source-lang", "src", "--target-lang", "tgt",
+          "--share-all-embeddings", "--dropout", "0", "--optimizer", "sgd", "--lr", "0.5",
+          "--criterion", "cross_entropy", "--num-workers", "0", "--seed", "1", "--no-epoch-checkpoints",
+          "--log-format", "simple", "--log-interval", "1"]
+FAMILIES = {
+    "doc_transformer": ["--arch", "doc_transformer_tiny", "--context-size", "1", "--max-tokens", "512"],
+    "rfa_doc_transformer": ["--arch", "rfa_doc_transformer_tiny", "--context-size", "1", "--max-tokens", "512"],
+    "lstm_doc_transformer": ["--arch", "lstm_doc_transformer_tiny", "--context-size", "2", "--max-tokens", "512",
+                             "--local-heads", "2", "--local-attention", "encoder,decoder"],
+    "lsh_doc_transformer": ["--arch", "lsh_doc_transformer_tiny", "--context-size", "3", "--max-tokens", "512",
+                            "--lsh-attention", "encoder-self,decoder-self,cross", "--lsh-chunk-size", "8",
+                            "--lsh-hash-classes", "4", "--lsh-rounds", "2"],
+    # trained from scratch here (the configs fine-tune it); small groups so that each worker gets several
+    "memory_doc_transformer": ["--arch", "memory_doc_transformer_tiny", "--context-size", "0",
+                               "--recurrent-memory", "--optimization-window", "1-3", "--max-tokens", "64",
+                               "--ddp-backend", "legacy_ddp"],
+}
+# N of the resume tests: their uninterrupted two-worker runs are also these families' runs
+RESUMED = {"rfa_doc_transformer": 6, "memory_doc_transformer": 10}
+INTERRUPTED_AT = 4  # the run is stopped after its checkpoint at this update (--save-interval-updates 2)
+
+
+def updates(family):
+    """Updates of each family's two-worker training."""
+    return RESUMED.get(family, 4)
+
+
+def run_name(family):
+    return f"{family}-uninterrupted" if family in RESUMED else family
+
+
+def training_args(data, family, save_dir, *extra):
+    return [data, *COMMON, *FAMILIES[family], "--save-dir", save_dir, *extra]
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+# ---- what runs inside each worker ---------------------------------------------------------------
+
+
+def digest(tensor):
+    return hashlib.sha1(tensor.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
+
+
+class Recorder:
+    """Test-only observer of one training in one worker."""
+
+    def __init__(self):
+        self.model = None
+        self.initial = None
+        self.random_matrices = []  # (update, draw digest) per RFA training draw
+        self.lsh = []  # (update, rotations digest, shuffle seed digest) per LSH training forward
+        # (update, dummy, rows) per train_step call; rows: (document, sentence) in document-ordered
+        # batches, else window ids
+        self.steps = []
+        self.memory_warnings = []
+
+    def forward_hook(self, module, inputs, output):
+        from fairseq.models import FairseqEncoderDecoderModel
+
+        from rfa_doc_mt.modules.lsh_attention import LSHCrossAttention, _LSHAttention
+        from rfa_doc_mt.modules.random_feature_attention import RandomMatrices
+
+        if isinstance(module, FairseqEncoderDecoderModel) and self.model is not module:
+            self.model = module  # its first forward comes before the first update
+            self.initial = {name: value.detach().clone() for name, value in module.state_dict().items()}
+        if not module.training:
+            return
+        if isinstance(module, RandomMatrices):
+            self.random_matrices.append((module.num_updates, digest(output)))
+        elif isinstance(module, _LSHAttention):
+            shuffle = ""
+            if isinstance(module, LSHCrossAttention):
+                shuffle = digest(torch.randint(2 ** 30, (4,), generator=module.shuffle_generator("cpu")))
+            self.lsh.append((module.num_updates, digest(module.rotations), shuffle))
+
+    def record_step(self, sample, update_num, ignore_grad):
+        steps = sample["steps"][sample["context_steps"]:] if "steps" in sample else [sample]
+        if "document" in steps[0]["window"]:
+            rows = [(int(d), int(p)) for step in steps
+                    for d, p in zip(step["window"]["document"].tolist(), step["window"]["position"].tolist())]
+        else:
+            rows = sample["id"].tolist()
+        self.steps.append((update_num, bool(ignore_grad), rows))
+
+    def result(self):
+        return {"params": {name: value.detach().clone() for name, value in self.model.state_dict().items()},
+                "initial": self.initial,
+                "random_matrices": self.random_matrices, "lsh": self.lsh, "steps": self.steps,
+                "memory_warnings": self.memory_warnings}
+
+
+def train(argv):
+    """``fairseq-train argv`` in this process: fairseq_cli.train.cli_main with the arguments given."""
+    from fairseq import checkpoint_utils, options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.distributed import utils as distributed_utils
+    from fairseq_cli.train import main
+
+    import rfa_doc_mt  # noqa: F401  (compat)
+    from rfa_doc_mt.tasks.doc_translation import DocTranslationTask
+
+    if hasattr(checkpoint_utils.save_checkpoint, "best"):
+        del checkpoint_utils.save_checkpoint.best  # a fresh process has none
+    recorder = Recorder()
+    hook = torch.nn.modules.module.register_module_forward_hook(recorder.forward_hook)
+    fairseq_train_step = DocTranslationTask.train_step
+
+    def spy_train_step(task, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        recorder.record_step(sample, update_num, ignore_grad)
+        return fairseq_train_step(task, sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    class WarningList(logging.Handler):
+        def emit(self, record):
+            recorder.memory_warnings.append(record.getMessage())
+
+    warnings = WarningList(logging.WARNING)
+    logging.getLogger("rfa_doc_mt.generation.memory_decoding").addHandler(warnings)
+    DocTranslationTask.train_step = spy_train_step
+    try:
+        parser = options.get_training_parser()
+        args = options.parse_args_and_arch(parser, input_args=argv)
+        distributed_utils.call_main(convert_namespace_to_omegaconf(args), main)
+    finally:
+        DocTranslationTask.train_step = fairseq_train_step
+        logging.getLogger("rfa_doc_mt.generation.memory_decoding").removeHandler(warnings)
+        hook.remove()
+    return recorder.result()
+
+
+def worker(rank, runs, port, out):
+    """One of two workers: every (name, argv) of ``runs`` in turn, results to ``out/name.rank.pt``."""
+    torch.set_num_threads(1)  # two workers on two cores
+    for name, argv in runs:
+        distributed = ["--distributed-world-size", "2", "--distributed-no-spawn", "--distributed-rank", str(rank),
+                       "--device-id", str(rank), "--distributed-init-method", f"tcp://localhost:{port}"]
+        torch.save(train(argv + distributed), os.path.join(out, f"{name}.{rank}.pt"))
+
+
+def run_workers(runs, out):
+    torch.multiprocessing.spawn(worker, args=(runs, free_port(), out), nprocs=2, join=True)
+    return {name: [torch.load(os.path.join(out, f"{name}.{rank}.pt"), weights_only=False) for rank in range(2)]
+            for name, _ in runs}
+
+
+# ---- fixtures -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    from rfa_doc_mt.data import prepare
+
+    out = tmp_path_factory.mktemp("corpus") / "data"
+    prepare.main(["synthetic", "--out", str(out), "--train-documents", "20", "--valid-documents", "4",
+                  "--test-documents", "2", "--contrastive-pairs", "2", "--workers", "1"])
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def two_workers(corpus, tmp_path_factory):
+    """Every two-worker training of this file, run by one pair of worker processes:
+    ``{name: [result of worker 0, result of worker 1]}`` (see :class:`Recorder`), and ``"dir"``."""
+    work = tmp_path_factory.mktemp("two_workers")
+    runs = [(family, training_args(corpus, family, str(work / family), "--max-update", str(updates(family))))
+            for family in FAMILIES if family not in RESUMED]
+    every = ["--save-interval-updates", "2", "--keep-interval-updates", "1"]
+    for family in RESUMED:
+        resumed, last = str(work / f"{family}-resumed"), str(updates(family))
+        runs += [(f"{family}-uninterrupted", training_args(corpus, family, str(work / f"{family}-uninterrupted"),
+                                                           "--max-update", last, *every)),
+                 (f"{family}-interrupted", training_args(corpus, family, resumed,
+                                                         "--max-update", str(INTERRUPTED_AT), *every)),
+                 (f"{family}-resumed", training_args(corpus, family, resumed, "--max-update", last, *every))]
+    return dict(run_workers(runs, str(work)), dir=work)
+
+
+@pytest.fixture(scope="module")
+def one_worker(corpus, tmp_path_factory):
+    """The same trainings on one worker with --update-freq 2 (in this process), on demand."""
+    work = tmp_path_factory.mktemp("one_worker")
+    results = {}
+
+    def result(family):
+        if family not in results:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                results[family] = train(training_args(corpus, family, str(work / family), "--max-update",
+                                                      str(updates(family)), "--update-freq", "2"))
+            finally:
+                torch.set_num_threads(threads)
+        return results[family]
+    return result
+
+
+# ---- tolerance ----------------------------------------------------------------------------------
+
+
+def fp32_parameter_tolerance(result, family, updates):
+    """Largest difference expected between the parameters of two fp32 runs that compute the same
+    updates in different orders of operations (other threads, one gradient summed by two workers'
+    all-reduce or by --update-freq accumulation).
+
+    A gradient element is a sum over the tokens of an update (at most 2 x --max-tokens) of terms
+    that each accumulate the longest path of the model (``transformer_terms``, twice for the
+    memory model, whose loss reaches the previous sentence); two orders of these sums differ by
+    at most 2·γ_n·Σ|terms| (tests/conftest.py). With plain SGD a parameter moves by lr·Σ_u g_u;
+    the scale of lr·Σ|terms| over the run is taken from the largest movement of a parameter over
+    the run (which leaves out cancellation between terms); each update also rounds the parameter
+    once (eps·|θ|). Measured on the development machine: 0 (the same kernels, one thread each);
+    the bugs this file was written against gave 0.177 (RFA draws per micro-batch), 0.0102 (other
+    batches after resuming at an epoch boundary) and 0.00396 (memories lost on resume)."""
+    from conftest import FP32_EPS, fp32_tolerance, transformer_terms
+
+    max_tokens = int(FAMILIES[family][FAMILIES[family].index("--max-tokens") + 1])
+    longest = max_tokens  # a window is at most a whole batch long
+    vocabulary = len(result["params"]["encoder.embed_tokens.weight"])
+    path = transformer_terms(128, 256, 2, 2, longest, longest, vocabulary=vocabulary)  # the *_tiny sizes
+    if family == "memory_doc_transformer":
+        path *= 2
+    floats = [name for name, value in result["params"].items() if value.is_floating_point()]
+    moved = max((result["params"][name].double() - result["initial"][name].double()).abs().max().item()
+                for name in floats)
+    largest = max(result["params"][name].abs().max().item() for name in floats)
+    return fp32_tolerance(2 * max_tokens + path, moved) + updates * FP32_EPS * largest
+
+
+def float_parameter_difference(a, b):
+    assert a.keys() == b.keys()
+    return max((a[name].double() - b[name].double()).abs().max().item() for name in a if a[name].is_floating_point())
+
+
+def report(name, difference, tolerance):
+    print(f"[distributed] {name}: largest parameter difference {difference:.3g} (tolerance {tolerance:.3g})")
+
+
+# ---- the launcher -------------------------------------------------------------------------------
+
+
+def test_train_script_spawns_two_cpu_workers(corpus, tmp_path):
+    """scripts/train.sh CONFIG DATA OUT --distributed-world-size 2: fairseq's launcher spawns two
+    gloo workers on this CPU machine (compat.py) and they train together."""
+    out = tmp_path / "run"
+    completed = subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "train.sh"),
+         os.path.join(ROOT, "configs", "demo", "transformer_L1.sh"),
+         corpus, str(out), "--distributed-world-size", "2", "--max-update", "2", "--max-tokens", "512"],
+        capture_output=True, text=True, timeout=600)
+    log = (out / "train.log").read_text() if (out / "train.log").exists() else ""
+    assert completed.returncode == 0, completed.stderr[-3000:] + log[-3000:]
+    assert "distributed init (rank 0)" in log and "distributed init (rank 1)" in log
+    state = torch.load(out / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    distributed = state["cfg"]["distributed_training"]
+    assert (distributed["distributed_world_size"], distributed["distributed_backend"]) == (2, "gloo")
+    assert state["optimizer_history"][-1]["num_updates"] == 2
+
+
+# ---- two workers --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_family_trains_on_two_cpu_workers_with_identical_parameters(two_workers, family):
+    first, second = two_workers[run_name(family)]
+    assert first["params"].keys() == second["params"].keys()
+    for name in first["params"]:  # the same all-reduced gradients, the same steps: bit for bit
+        assert torch.equal(first["params"][name], second["params"][name]), name
+    state = torch.load(two_workers["dir"] / run_name(family) / "checkpoint_last.pt", map_location="cpu",
+                       weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == updates(family)
+    assert float_parameter_difference(first["params"], first["initial"]) > 1e-2  # it trained
+    for name, value in state["model"].items():  # what rank 0 saved is what both hold
+        assert torch.equal(value, first["params"][name]), name
+
+
+@pytest.mark.parametrize("family", ["doc_transformer", "rfa_doc_transformer", "lstm_doc_transformer",
+                                    "lsh_doc_transformer"])
+def test_two_workers_equal_one_worker_with_update_freq_2(two_workers, one_worker, family):
+    """fairseq deals batch 2u to worker 0 and batch 2u+1 to worker 1 at update u; one worker with
+    --update-freq 2 accumulates the same two batches. (The memory model deals whole document
+    groups to workers, not batches in turn, so it has no one-worker counterpart.)"""
+    workers, one = two_workers[run_name(family)], one_worker(family)
+    assert [rows for _, _, rows in one["steps"]] == [
+        rows for pair in zip(*(worker["steps"] for worker in workers)) for _, dummy, rows in pair if not dummy]
+    difference = float_parameter_difference(workers[0]["params"], one["params"])
+    tolerance = fp32_parameter_tolerance(workers[0], family, updates(family))
+    report(f"{family}, two workers vs one with --update-freq 2", difference, tolerance)
+    assert difference <= tolerance
+
+
+def test_random_matrices_and_lsh_rotations_are_identical_on_both_workers(two_workers):
+    first, second = two_workers[run_name("rfa_doc_transformer")]
+    assert first["random_matrices"] == second["random_matrices"]
+    assert sorted({update for update, _ in first["random_matrices"]}) == list(range(updates("rfa_doc_transformer")))
+    # every update draws new matrices
+    assert len({matrix for _, matrix in first["random_matrices"]}) > updates("rfa_doc_transformer")
+    first, second = two_workers[run_name("lsh_doc_transformer")]
+    assert first["lsh"] == second["lsh"]
+    assert sorted({update for update, _, _ in first["lsh"]}) == list(range(updates("lsh_doc_transformer")))
+    shuffles = {update: shuffle for update, _, shuffle in first["lsh"] if shuffle}
+    assert len(set(shuffles.values())) == updates("lsh_doc_transformer")  # the cross-attention shuffle changes
+
+
+def test_memory_documents_stay_in_order_on_their_worker(two_workers):
+    workers = two_workers[run_name("memory_doc_transformer")]
+    documents_of = []
+    for result in workers:
+        assert result["memory_warnings"] == []  # every sentence read the memory its predecessor wrote
+        seen = {}
+        for _, dummy, rows in result["steps"]:
+            if not dummy:
+                for document, sentence in rows:
+                    seen.setdefault(document, []).append(sentence)
+        # (the run stays inside its first epoch: each document is read once, from its first sentence)
+        for document, sentences in seen.items():
+            assert sentences == list(range(len(sentences))), (document, sentences)
+        documents_of.append(set(seen))
+    assert documents_of[0] and documents_of[1] and not documents_of[0] & documents_of[1]
+    assert len(workers[0]["steps"]) == len(workers[1]["steps"]) == updates("memory_doc_transformer")
+
+
+@pytest.mark.parametrize("family", list(RESUMED))
+def test_resumed_run_reaches_the_parameters_of_an_uninterrupted_run(two_workers, family):
+    """Two workers stopped after their checkpoint at update INTERRUPTED_AT (for RFA the end of
+    an epoch: the next epoch's batches must be those of an uninterrupted run; for the memory
+    model the middle of document groups: the memories must come back) and restarted."""
+    for rank in range(2):
+        uninterrupted, resumed = (two_workers[f"{family}-{run}"][rank] for run in ("uninterrupted", "resumed"))
+        assert resumed["memory_warnings"] == []
+        later = [step for step in uninterrupted["steps"] if step[0] >= INTERRUPTED_AT]
+        assert resumed["steps"] == later
+        assert resumed["random_matrices"] == [draw for draw in uninterrupted["random_matrices"]
+                                              if draw[0] >= INTERRUPTED_AT]
+        difference = float_parameter_difference(uninterrupted["params"], resumed["params"])
+        tolerance = fp32_parameter_tolerance(uninterrupted, family, updates(family))
+        report(f"{family}, worker {rank}, resumed vs uninterrupted", difference, tolerance)
+        assert difference <= tolerance
+
+
+# ---- document groups on several workers (no processes) -----------------------------------------
+
+
+def test_interleaved_group_shards_give_each_worker_whole_groups_in_fairseq_round_robin():
+    from fairseq.data.iterators import ShardedIterator
+
+    from rfa_doc_mt.data.windows import interleave_group_shards
+
+    groups = [[np.array([10 * g + k]) for k in range(size)] for g, size in enumerate([3, 1, 2, 2])]
+    batches = interleave_group_shards(groups, 2)
+    shards = [[b.tolist() for b in ShardedIterator(batches, 2, shard)] for shard in range(2)]
+    # group 0 (3 batches) to worker 0, groups 1 and 2 to worker 1 (fewer batches), group 3 to the
+    # first of two equal workers; worker 1 padded with empty (dummy) batches to the same length
+    assert shards[0] == [[0], [1], [2], [30], [31]]
+    assert shards[1] == [[10], [20], [21], [], []]
+
+
+def memory_task(corpus):
+    from rfa_doc_mt.tasks.doc_translation import DocTranslationConfig, DocTranslationTask
+
+    with open(os.path.join(corpus, "prep.json")) as f:
+        languages = json.load(f)
+    cfg = DocTranslationConfig(data=corpus, source_lang=languages["source_lang"],
+                               target_lang=languages["target_lang"], recurrent_memory=True,
+                               optimization_window="1-3", train_subset="train", dataset_impl="mmap",
+                               required_seq_len_multiple=1)
+    task = DocTranslationTask.setup_task(cfg)
+    for split in ("train", "valid"):
+        task.load_dataset(split)
+    return task
+
+
+@pytest.mark.parametrize("split", ["train", "valid"])
+def test_document_ordered_batches_deal_whole_documents_in_order_to_each_worker(corpus, split):
+    task = memory_task(corpus)
+    dataset = task.datasets[split]
+    for epoch in (1, 2):
+        shards = []
+        for shard in range(2):
+            # two documents per group: the 4 validation documents make 2 groups
+            iterator = task.get_batch_iterator(dataset, max_sentences=2, seed=1, num_shards=2, shard_id=shard,
+                                               epoch=epoch)
+            shards.append(list(iterator.next_epoch_itr(shuffle=False)))
+        assert len(shards[0]) == len(shards[1])  # the same number of steps: DDP's all-reduces match
+        documents_of, windows = [], []
+        for batches in shards:
+            sentences_of = {}
+            real = [bool(sample) for sample in batches]
+            assert real == sorted(real, reverse=True)  # empty (dummy) batches only at the end
+            for sample in filter(None, batches):
+                steps = sample["steps"][sample["context_steps"]:] if "steps" in sample else [sample]
+                for step in steps:
+                    windows += step["id"].tolist()
+                    for document, sentence in zip(step["window"]["document"].tolist(),
+                                                  step["window"]["position"].tolist()):
+                        sentences_of.setdefault(document, []).append(sentence)
+            for document, sentences in sentences_of.items():
+                assert sentences == list(range(len(sentences))), (document, sentences)
+            documents_of.append(set(sentences_of))
+        assert not documents_of[0] & documents_of[1]
+        assert sorted(windows) == list(range(len(dataset)))
+    assert documents_of[0] and documents_of[1]
+
+
+def test_memory_training_refuses_torch_ddp_with_a_message(corpus, tmp_path):
+    """torch's DDP all-reduces in every backward pass; the memory model runs one per sentence
+    position, a number that differs between workers: it needs --ddp-backend legacy_ddp."""
+    from fairseq.criterions.cross_entropy import CrossEntropyCriterion
+    from fairseq.distributed import ModuleProxyWrapper
+    from model_helpers import build_model
+
+    from rfa_doc_mt.models.memory_transformer import MemoryDocTransformerModel, memory_doc_transformer_tiny
+
+    task = memory_task(corpus)
+    model = build_model(MemoryDocTransformerModel, memory_doc_transformer_tiny, task)
+    sample = next(iter(task.get_batch_iterator(task.datasets["train"], max_tokens=64).next_epoch_itr()))
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0,
+                                         world_size=1)
+    try:
+        wrapped = ModuleProxyWrapper(torch.nn.parallel.DistributedDataParallel(model))
+        with pytest.raises(ValueError, match="--ddp-backend legacy_ddp"):
+            task.train_step(sample, wrapped, CrossEntropyCriterion(task, False), None, 0)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+# ---- compat: the launcher on CPU, untouched on GPU ----------------------------------------------
+
+
+def parsed_config(corpus, tmp_path, *extra):
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    argv = training_args(corpus, "doc_transformer", str(tmp_path), "--distributed-world-size", "2", *extra)
+    return convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(),
+                                                                      input_args=argv))
+
+
+def test_compat_spawns_one_gloo_process_per_worker_without_cuda(corpus, tmp_path, monkeypatch):
+    from fairseq.distributed import utils as distributed_utils
+
+    spawned = {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.multiprocessing, "spawn", lambda fn, args, nprocs, join: spawned.update(
+        fn=fn, nprocs=nprocs, cfg=args[1]))
+    for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"):
+        monkeypatch.delenv(name, raising=False)
+    distributed_utils.call_main(parsed_config(corpus, tmp_path), main=None)
+    assert spawned["fn"] is distributed_utils.distributed_main and spawned["nprocs"] == 2
+    training = spawned["cfg"].distributed_training
+    assert training.distributed_backend == "gloo"
+    assert training.distributed_init_method.startswith("tcp://localhost:")
+
+
+def test_compat_follows_torchrun_without_cuda(corpus, tmp_path, monkeypatch):
+    from rfa_doc_mt import compat
+
+    called = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(compat, "_fairseq_call_main", lambda cfg, main, **kwargs: called.append(cfg))
+    monkeypatch.setenv("MASTER_ADDR", "localhost")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    compat.distributed_utils.call_main(parsed_config(corpus, tmp_path), main=None)
+    training = called[0].distributed_training
+    assert (training.distributed_init_method, training.distributed_rank, training.device_id,
+            training.distributed_no_spawn, training.distributed_backend) == ("env://", 1, 1, True, "gloo")
+
+
+def test_compat_leaves_the_gpu_launcher_to_fairseq(corpus, tmp_path, monkeypatch):
+    from rfa_doc_mt import compat
+
+    called, spawned = [], []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(compat, "_fairseq_call_main", lambda cfg, main, **kwargs: called.append(cfg))
+    monkeypatch.setattr(torch.multiprocessing, "spawn", lambda fn, args, nprocs, join: spawned.append(args[1]))
+    compat.distributed_utils.call_main(parsed_config(corpus, tmp_path), main=None)
+    training = called[0].distributed_training
+    assert (training.distributed_backend, training.distributed_init_method) == ("nccl", None)
+    assert spawned == []
+    called.clear()
+    compat.distributed_utils.call_main(parsed_config(corpus, tmp_path, "--cpu"), main=None)  # --cpu: CPU workers
+    assert called == [] and spawned[0].distributed_training.distributed_backend == "gloo"
