@@ -104,6 +104,21 @@ def test_update_masks_padding_and_slots_differ():
     assert min((updated[i] - updated[j]).abs().max().item() for i in range(6) for j in range(i)) > 1e-3
 
 
+def test_the_memory_read_starts_small():
+    """The read's output projection starts at N(0, 0.02) (the release), not fairseq's Xavier
+    initialisation (std √(2 / (128 + 128)) ≈ 0.088 at these sizes): fine-tuning starts close to
+    the sentence-level model it loads."""
+    model = build_memory("--encoder-memory-layers", "0,1", "--decoder-memory-layers", "0,1")
+    projections = [m.memory.output_attention.out_proj for m in model.modules() if isinstance(m, MemorySelfAttention)]
+    assert len(projections) == 4
+    for projection in projections:
+        # the std of 128 x 128 draws lies within 3 standard errors (0.02 / √(2·128²) ≈ 1.1e-4) of 0.02
+        assert abs(projection.weight.std().item() - 0.02) < 3 * 0.02 / (2 * 128 * 128) ** 0.5
+        assert torch.equal(projection.bias, torch.zeros_like(projection.bias))
+    update = [m.memory.update_attention.out_proj for m in model.modules() if isinstance(m, MemorySelfAttention)]
+    assert all(p.weight.std().item() > 0.05 for p in update)  # the rest keeps fairseq's initialisation
+
+
 # ---- the model against the baseline -----------------------------------------------------------
 
 

@@ -35,6 +35,10 @@ def slot_positions(slots: int, embed_dim: int) -> Tensor:
     return SinusoidalPositionalEmbedding.get_embedding(slots, embed_dim)
 
 
+# standard deviation of the memory read's output projection at initialisation (the release's)
+READ_OUTPUT_INIT_STD = 0.02
+
+
 class RecurrentMemory(nn.Module):
     """One layer's memory: its initial value, Update Attention and Output Attention.
 
@@ -70,6 +74,11 @@ class RecurrentMemory(nn.Module):
         self.update_ffn_norm = LayerNorm(embed_dim)
         self.output_attention = MultiheadAttention(embed_dim, num_heads, dropout=attention_dropout,
                                                    encoder_decoder_attention=True)
+        # The read is added to a pretrained sentence model's residual stream: it starts small
+        # (N(0, 0.02), the BART initialisation of the authors' release) so that fine-tuning starts
+        # from the sentence model's behaviour instead of a random perturbation of it.
+        nn.init.normal_(self.output_attention.out_proj.weight, mean=0.0, std=READ_OUTPUT_INIT_STD)
+        nn.init.zeros_(self.output_attention.out_proj.bias)
         self.activation_fn = utils.get_activation_fn(activation_fn)
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.activation_dropout_module = FairseqDropout(activation_dropout, module_name=self.__class__.__name__)
