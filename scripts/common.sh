@@ -6,6 +6,8 @@ else
   PYTHON=${PYTHON:-python3}; FAIRSEQ_BIN=""
 fi
 USER_DIR="$ROOT/rfa_doc_mt"
+# configs find the parts they share here (configs/demo/train_args.sh), wherever they were copied
+RFA_DOC_MT_ROOT=$ROOT
 export PYTHONWARNINGS=${PYTHONWARNINGS:-ignore::DeprecationWarning}
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
@@ -36,4 +38,25 @@ else:
     langs = sorted(f[5:-4] for f in os.listdir(d) if f.startswith("dict.") and f.endswith(".txt"))
     sys.exit(f"error: {d}: no prep.json; pass the languages") if len(langs) != 2 else print(*langs)
 PY
+}
+
+# option_value NAME DEFAULT ARGS...: the value of the last "NAME VALUE" / "NAME=VALUE" in ARGS.
+option_value() {
+  local name=$1 value=$2; shift 2
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      "$name") [ $# -ge 2 ] && value=$2 ;;
+      "$name"=*) value=${1#*=} ;;
+    esac
+    shift
+  done
+  echo "$value"
+}
+
+# has_option NAME ARGS...: whether the flag NAME is among ARGS.
+has_option() {
+  local name=$1; shift
+  local arg
+  for arg in "$@"; do [ "$arg" = "$name" ] && return 0; done
+  return 1
 }

@@ -6,12 +6,21 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 usage() {
     cat <<USAGE
-usage: $(basename "$0") [--prep DIR] [--out DIR] [JSON ...]
+usage: $(basename "$0") [--prep DIR] [--out DIR] [--source-lang L --target-lang L] [--force] [JSON ...]
 
-  --prep DIR   corpus written by prepare_opensubtitles.sh / prepare.py
-               (default: $ROOT/data-bin/opensubtitles-en-ru)
-  --out DIR    output directory (default: PREP/consistency)
-  JSON ...     contrastive sets (default: every *.json of $ROOT/../shared/data/voita-consistency)
+  --prep DIR        corpus written by prepare_opensubtitles.sh / prepare.py
+                    (default: $ROOT/data-bin/opensubtitles-en-ru)
+  --out DIR         output directory (default: PREP/consistency); sets already there, prepared
+                    for the same corpus, are kept: the new ones are added
+  --source-lang L, --target-lang L
+                    languages of the sets, checked against the corpus's (default: guessed from
+                    the writing system of their text; a set for another pair stops the run)
+  --force           replace --out with only these sets
+  JSON ...          contrastive sets (default: every *.json of $ROOT/../shared/data/voita-consistency)
+
+Examples that repeat a candidate (Voita et al.'s ellipsis_infl and ellipsis_vp test sets) are
+counted and kept: identical candidates are one candidate, scored once; an example left with a
+single distinct candidate is skipped by the scorer.
 USAGE
 }
 
@@ -20,11 +29,14 @@ PYTHON="$ROOT/.venv/bin/python"
 PREP="$ROOT/data-bin/opensubtitles-en-ru"
 OUT=""
 JSON=()
+EXTRA=()
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
         --prep) [ $# -ge 2 ] || { usage >&2; exit 2; }; PREP="$2"; shift 2 ;;
         --out) [ $# -ge 2 ] || { usage >&2; exit 2; }; OUT="$2"; shift 2 ;;
+        --source-lang|--target-lang) [ $# -ge 2 ] || { usage >&2; exit 2; }; EXTRA+=("$1" "$2"); shift 2 ;;
+        --force) EXTRA+=("$1"); shift ;;
         -*) echo "error: unknown option $1" >&2; usage >&2; exit 2 ;;
         *) JSON+=("$1"); shift ;;
     esac
@@ -43,5 +55,5 @@ fi
 
 # the package is used from this checkout; PYTHONPATH is set for this command only
 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m rfa_doc_mt.data.prepare consistency \
-    --json "${JSON[@]}" --prep "$PREP" --out "$OUT"
+    --json "${JSON[@]}" --prep "$PREP" --out "$OUT" ${EXTRA[@]+"${EXTRA[@]}"}
 echo "prepare_consistency: done in ${SECONDS}s"

@@ -11,6 +11,7 @@ usage: $(basename "$0") --data-dir DIR [--out DIR] [--bpe-size N] [--workers N] 
   --data-dir DIR   Voita et al.'s context_aware directory: {train,dev,test}.{src,dst} (required)
   --out DIR        output directory (default: $ROOT/data-bin/opensubtitles-en-ru)
   --bpe-size N     joint BPE vocabulary size (default 30000)
+  --force          replace --out even when it holds files this script did not write there
 USAGE
 }
 

@@ -11,6 +11,7 @@ usage: $(basename "$0") [--out DIR] [--seed N] [--{train,valid,test}-documents N
   --out DIR              output directory (default: $ROOT/data-bin/synthetic)
   --seed N               corpus seed (default 1)
   --train-documents N    number of training documents (default: the generator's)
+  --force                replace --out even when it holds files this script did not write there
 USAGE
 }
 

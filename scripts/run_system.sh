@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One system end to end: scripts/run_system.sh CONFIG DATA_DIR OUT_DIR [fairseq-train args...]
 # train (resumes) -> decode the test split with sliding windows -> s-BLEU/d-BLEU ->
-# consistency accuracy when DATA_DIR has contrastive sets. Finished steps are skipped.
+# consistency accuracy when DATA_DIR has contrastive sets. Finished steps are skipped: a finished
+# training run (train.sh), a decode that is the finished result of the current checkpoint_best.pt,
+# scores newer than what they score.
 # Leaves OUT_DIR/{checkpoint_best.pt, test.hyp, test.bleu.json, consistency.json}.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -11,14 +13,17 @@ load_config "$config"
 name=$(basename "$config" .sh)
 log "$name: train"
 "$ROOT/scripts/train.sh" "$config" "$data" "$out" "$@"
-if [ ! -f "$out/test.hyp" ]; then
+if [ ! -f "$out/test.hyp" ] \
+    || ! "$PYTHON" -m rfa_doc_mt.generation.collect --verify "$out/test" --checkpoint "$out/checkpoint_best.pt" \
+    > /dev/null 2>&1; then
   log "$name: decode the test documents (sliding windows, beam 4)"
   "$ROOT/scripts/decode.sh" "$config" "$data" "$out/checkpoint_best.pt" "$out/test" >&2
 fi
-if [ ! -f "$out/test.bleu.json" ]; then
-  "$ROOT/scripts/score.sh" "$out/test" >&2
+if [ ! -f "$out/test.bleu.json" ] || [ "$out/test.hyp" -nt "$out/test.bleu.json" ]; then
+  "$ROOT/scripts/score.sh" "$out/test" --checkpoint "$out/checkpoint_best.pt" >&2
 fi
-if [ -d "$data/consistency" ] && [ ! -f "$out/consistency.json" ]; then
+if [ -d "$data/consistency" ] && { [ ! -f "$out/consistency.json" ] \
+    || [ "$out/checkpoint_best.pt" -nt "$out/consistency.json" ]; }; then
   log "$name: contrastive consistency"
   "$PYTHON" -m rfa_doc_mt.scoring.consistency --path "$out/checkpoint_best.pt" --data "$data" \
     --sets "$data/consistency" --json "$out/consistency.json" > "$out/consistency.log" 2>&1 \

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# s-BLEU and d-BLEU of decoded output: scripts/score.sh OUT_PREFIX [--tokenize zh]
+# s-BLEU and d-BLEU of decoded output: scripts/score.sh OUT_PREFIX [--checkpoint CKPT] [--tokenize zh]
 # Reads OUT_PREFIX.hyp/.ref/.docs (written by decode.sh), writes OUT_PREFIX.bleu.json.
+# Refuses hypotheses that are not the finished result of OUT_PREFIX.generate.log and of the
+# checkpoint recorded in OUT_PREFIX.decode.json as it is now (or of CKPT when given).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-[ $# -ge 1 ] || die "usage: $0 OUT_PREFIX [bleu args...]"
+[ $# -ge 1 ] || die "usage: $0 OUT_PREFIX [--checkpoint CKPT] [bleu args...]"
 out=$1; shift
-"$PYTHON" -m rfa_doc_mt.scoring.bleu --hyp "$out.hyp" --ref "$out.ref" --docs "$out.docs" \
-  --json "$out.bleu.json" "$@"
+"$PYTHON" -m rfa_doc_mt.scoring.bleu --decoded "$out" --json "$out.bleu.json" "$@"

@@ -1,16 +1,65 @@
 #!/usr/bin/env bash
 # Train a model: scripts/train.sh CONFIG DATA_DIR SAVE_DIR [extra fairseq-train args]
-# Re-running resumes from SAVE_DIR/checkpoint_last.pt (and does nothing once finished).
+# Re-running resumes from SAVE_DIR/checkpoint_last.pt. A finished run is left untouched: one
+# that ended with these same settings (SAVE_DIR/train.done, written when fairseq-train
+# succeeds: this also covers early stopping), or whose checkpoint_last.pt has reached
+# --max-update (fairseq-train, started again on it, would train one more update and rewrite
+# the checkpoints).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 [ $# -ge 3 ] || die "usage: $0 CONFIG DATA_DIR SAVE_DIR [fairseq-train args...]"
 config=$1; data=$2; save_dir=$3; shift 3
 load_config "$config"
-read -r src tgt < <(data_languages "$data")
+languages=$(data_languages "$data") || exit 2
+read -r src tgt <<< "$languages"
+# shellcheck disable=SC2206
+settings=(--source-lang "$src" --target-lang "$tgt" $TASK_ARGS $MODEL_ARGS $TRAIN_ARGS "$@")
+
+# The splits fairseq-train loads must exist: say so in one line (fairseq would end in a traceback).
+binarized() { [ -f "$data/$1.$src-$tgt.$src.idx" ] || [ -f "$data/$1.$tgt-$src.$src.idx" ]; }
+present=$(shopt -s nullglob; for f in "$data"/*."$src-$tgt.$src".idx "$data"/*."$tgt-$src.$src".idx; do
+            f=${f##*/}; echo "${f%%.*}"; done | sort -u | paste -sd, -)
+train_subset=$(option_value --train-subset train "${settings[@]}")
+if ! binarized "$train_subset"; then
+  hint="prepare the corpus with its training text (for IWSLT, train.tags.$src-$tgt.* in --wit3-dir)"
+  [ "$train_subset" = train ] && binarized valid && hint="$hint, or pass --train-subset valid for a smoke run"
+  die "$data has no binarized '$train_subset' split to train on (its splits: ${present:-none}): $hint"
+fi
+if ! has_option --disable-validation "${settings[@]}"; then
+  for subset in $(option_value --valid-subset valid "${settings[@]}" | tr , ' '); do
+    binarized "$subset" || die "$data has no binarized '$subset' split to validate on (its splits: ${present:-none}): pass --valid-subset with one of them, or --disable-validation"
+  done
+fi
+
+# SAVE_DIR/train.done holds the settings (one a line) of the run that finished there
+finished=""
+if [ -f "$save_dir/train.done" ] && [ "$(cat "$save_dir/train.done")" = "$(printf '%s\n' "${settings[@]}")" ]; then
+  finished="it finished with these settings ($save_dir/train.done)"
+elif [ -f "$save_dir/checkpoint_last.pt" ]; then
+  finished=$("$PYTHON" - "$save_dir/checkpoint_last.pt" "$(option_value --max-update 0 "${settings[@]}")" <<'PY'
+# Prints why the run is finished, or nothing. argv: CHECKPOINT MAX_UPDATE
+import sys
+import torch
+checkpoint, max_update = sys.argv[1], int(sys.argv[2])
+# mmap: the training state is read, not the weights; a fairseq checkpoint pickles its config
+state = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
+num_updates = state["optimizer_history"][-1]["num_updates"]
+if 0 < max_update <= num_updates:
+    print(f"checkpoint_last.pt has {num_updates} updates, --max-update is {max_update}")
+PY
+  ) || die "could not read $save_dir/checkpoint_last.pt (see above)"
+fi
+if [ -n "$finished" ]; then
+  log "train: $save_dir holds a finished run: $finished; left untouched. To train further raise --max-update (training resumes from checkpoint_last.pt); to train anew use another SAVE_DIR."
+  exit 0
+fi
+
 mkdir -p "$save_dir"
+rm -f "$save_dir/train.done"
 # shellcheck disable=SC2086
 "${FAIRSEQ_BIN}fairseq-train" "$data" --user-dir "$USER_DIR" --task doc_translation \
-  --source-lang "$src" --target-lang "$tgt" $TASK_ARGS $MODEL_ARGS $TRAIN_ARGS \
-  --save-dir "$save_dir" --log-format simple "$@" 2>&1 | tee -a "$save_dir/train.log" \
+  "${settings[@]}" --save-dir "$save_dir" --log-format simple 2>&1 | tee -a "$save_dir/train.log" \
   | { grep --line-buffered -E "train_inner|valid on|done training|Error|error" >&2 || true; }
 [ -f "$save_dir/checkpoint_best.pt" ] || die "training wrote no checkpoint; see $save_dir/train.log"
+printf '%s\n' "${settings[@]}" > "$save_dir/.train.done.partial"
+mv "$save_dir/.train.done.partial" "$save_dir/train.done"

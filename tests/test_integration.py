@@ -1,5 +1,7 @@
-"""End to end: prepare a tiny corpus, fairseq-train --user-dir, fairseq-generate, collect, score."""
+"""End to end: prepare a tiny corpus, fairseq-train --user-dir, fairseq-generate, collect, score;
+and the same through scripts/train.sh, decode.sh and score.sh on a second run."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -8,7 +10,9 @@ import sys
 
 import pytest
 
-from rfa_doc_mt.data.io import read_docs, read_lines
+from rfa_doc_mt.data import prepare
+from rfa_doc_mt.data.io import DataError, read_docs, read_lines
+from rfa_doc_mt.scoring import bleu, consistency
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
@@ -17,11 +21,20 @@ USER_DIR = os.path.join(ROOT, "rfa_doc_mt")
 pytestmark = pytest.mark.skipif(not shutil.which("fairseq-train", path=BIN + os.pathsep + os.environ.get("PATH", "")),
                                 reason="fairseq is not installed")
 
+TRAIN_ARGS = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2000", "--max-update", "6",
+              "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+              "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "3"]
+MODEL_ARGS = ["--arch", "doc_transformer_tiny", "--share-all-embeddings"]
+
 
 def run(*command, cwd=None):
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     assert result.returncode == 0, f"{command[0]} failed:\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
     return result.stdout
+
+
+def script(name, *arguments):
+    return subprocess.run([os.path.join(ROOT, "scripts", name), *map(str, arguments)], capture_output=True, text=True)
 
 
 def tool(name):
@@ -37,19 +50,24 @@ def corpus(tmp_path_factory):
     return str(out)
 
 
-def train(corpus, save_dir, context_size):
-    run(tool("fairseq-train"), corpus, "--user-dir", USER_DIR, "--task", "doc_translation",
-        "--context-size", str(context_size), "--arch", "doc_transformer_tiny", "--share-all-embeddings",
-        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2000", "--max-update", "6",
-        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        "--save-dir", save_dir, "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "3")
-    return os.path.join(save_dir, "checkpoint_best.pt")
+@pytest.fixture(scope="module")
+def l2_config(tmp_path_factory):
+    """The L=2 system as a config file for the scripts."""
+    path = tmp_path_factory.mktemp("configs") / "tiny_L2.sh"
+    path.write_text(f'TASK_ARGS="--context-size 1"\nMODEL_ARGS="{" ".join(MODEL_ARGS)}"\n'
+                    f'TRAIN_ARGS="{" ".join(TRAIN_ARGS)}"\n')
+    return str(path)
 
 
 @pytest.fixture(scope="module")
-def models(corpus, tmp_path_factory):
+def models(corpus, l2_config, tmp_path_factory):
+    """L=1 trained by fairseq-train itself, L=2 by scripts/train.sh."""
     runs = tmp_path_factory.mktemp("runs")
-    return {L: train(corpus, str(runs / f"L{L}"), L - 1) for L in (1, 2)}
+    run(tool("fairseq-train"), corpus, "--user-dir", USER_DIR, "--task", "doc_translation", "--context-size", "0",
+        *MODEL_ARGS, *TRAIN_ARGS, "--save-dir", str(runs / "L1"))
+    trained = script("train.sh", l2_config, corpus, runs / "L2")
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    return {1: str(runs / "L1" / "checkpoint_best.pt"), 2: str(runs / "L2" / "checkpoint_best.pt")}
 
 
 @pytest.mark.parametrize("decode_mode", ["free", "forced-prefix"])
@@ -57,7 +75,7 @@ def test_generate_collect_and_score(corpus, models, tmp_path, decode_mode):
     log = tmp_path / "generate.log"
     log.write_text(run(tool("fairseq-generate"), corpus, "--user-dir", USER_DIR, "--task", "doc_translation",
                        "--context-size", "1", "--decode-mode", decode_mode, "--path", models[2],
-                       "--gen-subset", "test", "--beam", "2", "--batch-size", "16", "--max-len-b", "40"))
+                       "--gen-subset", "test", "--beam", "2", "--batch-size", "16", "--max-len-a", "1.2", "--max-len-b", "10"))
     prefix = str(tmp_path / "test")
     run(sys.executable, "-m", "rfa_doc_mt.generation.collect", str(log), "--data", corpus, "--split", "test",
         "--target-lang", "tgt", "--out", prefix)
@@ -93,3 +111,156 @@ def test_generate_names_a_window_over_the_position_limit(corpus, models):
         capture_output=True, text=True)
     assert result.returncode != 0
     assert "test.docs: the source window of document" in result.stderr
+    # issue 14, item 9: the limit came from the command line, not from the model
+    assert "over the limit of 12 source positions set by --max-source-positions 12" in result.stderr
+
+
+# ----------------------------------------------------------------------------------------
+# Issue 14: second runs and stale results through the scripts
+
+
+def files_state(directory):
+    """{name: (size, mtime, SHA-256)} of the files of a run directory."""
+    state = {}
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        with open(path, "rb") as handle:
+            state[name] = (os.path.getsize(path), os.stat(path).st_mtime_ns, hashlib.sha256(handle.read()).hexdigest())
+    return state
+
+
+def test_train_leaves_a_finished_run_untouched(corpus, models, l2_config):
+    """Item 2: fairseq-train restarted on a run at --max-update trains one more update and
+    rewrites checkpoint_best.pt; train.sh must leave the run as it is and say so."""
+    save_dir = os.path.dirname(models[2])
+    before = files_state(save_dir)
+    again = script("train.sh", l2_config, corpus, save_dir)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"train: {save_dir} holds a finished run: it finished with these settings" in again.stderr
+    assert files_state(save_dir) == before
+    # a run finished before train.done existed is told by checkpoint_last.pt's updates
+    os.unlink(os.path.join(save_dir, "train.done"))
+    del before["train.done"]
+    again = script("train.sh", l2_config, corpus, save_dir)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "checkpoint_last.pt has 6 updates, --max-update is 6; left untouched" in again.stderr
+    assert files_state(save_dir) == before
+
+
+@pytest.fixture(scope="module")
+def decoded(corpus, models, l2_config, tmp_path_factory):
+    """decode.sh with the under-trained L=2 model, small batches: (prefix, its stderr)."""
+    prefix = str(tmp_path_factory.mktemp("decoded") / "test")
+    result = script("decode.sh", l2_config, corpus, models[2], prefix, "--batch-size", "4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == f"wrote {len(read_lines(prefix + '.hyp'))} translations to {prefix}.hyp"
+    return prefix, result.stderr
+
+
+def test_decode_bounds_the_target_length_and_shows_progress(corpus, decoded):
+    """Item 7: with fairseq's default limit (200 tokens after any source) a model 6 updates old
+    writes every window to that limit; decode.sh allows 1.2 x the window's source tokens + 10."""
+    prefix, stderr = decoded
+    sentences = [line.split() for line in read_lines(os.path.join(corpus, "raw", "test.src"))]
+    windows, start = [], 0
+    for document in read_docs(os.path.join(corpus, "test.docs")):
+        for k in range(start, start + document.num_sentences):
+            previous = len(sentences[k - 1]) + 1 if k > start else 0  # + <sep>
+            windows.append(previous + len(sentences[k]) + 1)          # + </s>
+        start += document.num_sentences
+    # fairseq: max_len = int(a x the longest source of the batch + b), EOS included
+    limit = int(1.2 * max(windows) + 10)
+    hypotheses = [line.split("\t")[2].split() for line in read_lines(prefix + ".generate.log") if line.startswith("H-")]
+    assert len(hypotheses) == len(windows) and max(len(h) for h in hypotheses) < limit < 200
+    # whether this model ends its windows early or not, the limit fairseq-generate ran with
+    assert "'max_len_a': 1.2, 'max_len_b': 10," in open(prefix + ".generate.err", encoding="utf-8").read()
+    assert "decode: batch 11 of " in stderr and "decode: Translated" in stderr
+
+
+def test_score_refuses_hypotheses_older_than_their_log_or_from_another_checkpoint(decoded, models, tmp_path):
+    """Item 10: score.sh scores only the finished result of a decode, from the checkpoint as it is."""
+    source, _ = decoded
+    prefix = str(tmp_path / "test")
+    for suffix in ("hyp", "docs", "ref", "generate.log", "decode.json"):
+        shutil.copy2(f"{source}.{suffix}", f"{prefix}.{suffix}")  # the record names the log relative to it
+    scores = bleu.main(["--decoded", prefix, "--checkpoint", models[2]])
+    assert 0 <= scores["s_bleu"].score <= 100
+    with pytest.raises(DataError, match="was decoded with .*L2/checkpoint_best.pt, not with .*L1/checkpoint_best.pt"):
+        bleu.main(["--decoded", prefix, "--checkpoint", models[1]])
+    hyp_time = os.stat(prefix + ".hyp").st_mtime_ns
+    os.utime(prefix + ".generate.log", ns=(hyp_time + 10**9, hyp_time + 10**9))
+    with pytest.raises(DataError, match=r"test\.hyp is older than .*test\.generate\.log"):
+        bleu.main(["--decoded", prefix])
+    os.utime(prefix + ".generate.log", ns=(hyp_time - 10**9, hyp_time - 10**9))
+    checkpoint_times = os.stat(models[2])
+    try:
+        os.utime(models[2], ns=(checkpoint_times.st_atime_ns, checkpoint_times.st_mtime_ns + 10**9))
+        with pytest.raises(DataError, match="has been written again since .* was decoded with it"):
+            bleu.main(["--decoded", prefix])
+    finally:
+        os.utime(models[2], ns=(checkpoint_times.st_atime_ns, checkpoint_times.st_mtime_ns))
+    with open(prefix + ".hyp", "a", encoding="utf-8") as handle:
+        handle.write("one more line\n")
+    with pytest.raises(DataError, match="was changed after decoding"):
+        bleu.main(["--decoded", prefix])
+
+
+def test_failed_decode_leaves_nothing_that_passes_for_its_result(corpus, models, l2_config, decoded):
+    """Items 5 and 10: a decode that fails into a prefix holding an earlier run's results leaves
+    neither an empty .generate.log.tmp nor the earlier .hyp/.generate.log, and score.sh refuses."""
+    prefix, _ = decoded
+    failed = script("decode.sh", l2_config, corpus, models[2], prefix, "--gen-subset", "nosuch")
+    assert failed.returncode != 0 and "fairseq-generate failed" in failed.stderr
+    assert "removing the earlier results this decode replaces" in failed.stderr
+    left = sorted(name for name in os.listdir(os.path.dirname(prefix)))
+    assert left == ["test.generate.err"], left
+    scored = script("score.sh", prefix)
+    assert scored.returncode != 0 and "test.decode.json: not found" in scored.stderr
+    assert "Traceback" not in scored.stderr
+
+
+def test_consistency_scores_repeated_candidates_once(corpus, models, tmp_path, capsys):
+    """Item 1: Voita et al.'s released ellipsis sets repeat a candidate in some examples (in some
+    the true one): the set is accepted, copies are scored once and get one loss, an example with
+    a single distinct candidate is skipped."""
+    examples = json.loads(open(os.path.join(corpus, "consistency", "ellipsis_vp.json"), encoding="utf-8").read())
+    true0, wrong0 = examples[0]["dst"][examples[0]["true_ind"]], examples[0]["dst"][1 - examples[0]["true_ind"]]
+    examples[0] = dict(examples[0], dst=[true0, wrong0, true0], true_ind=2)     # the true text twice
+    examples[1] = dict(examples[1], dst=examples[1]["dst"] + [examples[1]["dst"][0]])  # a copy
+    examples[2] = dict(examples[2], dst=[examples[2]["dst"][0]] * 2, true_ind=1)  # one distinct candidate
+    sets = tmp_path / "sets" / "ellipsis_vp_test.json"
+    sets.parent.mkdir()
+    sets.write_text(json.dumps(examples), encoding="utf-8")
+    out = tmp_path / "prepared"
+    assert prepare.main(["consistency", "--json", str(sets), "--prep", corpus, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"ellipsis_vp_test.json: 3 of {len(examples)} examples repeat a candidate" in printed
+    assert "ellipsis_vp_test.json: 1 examples have a single distinct candidate; the scorer skips them" in printed
+
+    report = consistency.main(["--path", models[2], "--data", corpus, "--sets", str(out), "--cpu"])
+    assert report["ellipsis_vp"]["examples"] == len(examples) - 1
+    assert report["ellipsis_vp"]["skipped"] == 1 and report["ellipsis_vp"]["repeated_candidates"] == 3
+    # random baseline over distinct candidates: 1/2 for each scored example
+    assert report["ellipsis_vp"]["random"] == pytest.approx(50.0)
+    assert "1 examples skipped (a single distinct candidate)" in capsys.readouterr().out
+
+    from fairseq import checkpoint_utils
+    loaded, _, task = checkpoint_utils.load_model_ensemble_and_task([models[2]], arg_overrides={"data": corpus})
+    scorer = consistency.CandidateScorer(loaded[0], task)
+    scored = []
+    losses_of = scorer.losses
+    scorer.losses = lambda pairs: scored.extend(pairs) or losses_of(pairs)
+    losses = scorer.score_examples(examples[:3])
+    assert len(scored) == 2 + 2 + 1  # distinct texts only
+    assert losses[0][0] == losses[0][2] and losses[1][0] == losses[1][2] and losses[2][0] == losses[2][1]
+    # the true text wins by its lowest loss, whichever copy true_ind names
+    expected = int(losses[0][0] < losses[0][1])
+    only_first = consistency.accuracy_report(examples[:1], losses[:1])
+    assert only_first["accuracy"] == 100.0 * expected
+
+
+def test_consistency_scorer_names_a_missing_checkpoint(corpus, tmp_path):
+    """Item 3: fairseq ended in a traceback (OSError) for a checkpoint that does not exist."""
+    missing = str(tmp_path / "missing.pt")
+    with pytest.raises(DataError, match=f"{missing}: checkpoint not found"):
+        consistency.main(["--path", missing, "--data", corpus, "--sets", os.path.join(corpus, "consistency")])

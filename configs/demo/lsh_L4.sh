@@ -4,7 +4,7 @@
 # LSH's sorting and chunking make an update about 2.5x slower than the transformer's on this CPU,
 # so the demo gives it fewer updates (500, the other systems 600) to stay inside the time budget.
 DEMO_MAX_UPDATE=${DEMO_LSH_MAX_UPDATE:-500}
-source "$(dirname "${BASH_SOURCE[0]}")/train_args.sh"
+source "${RFA_DOC_MT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}/configs/demo/train_args.sh"
 TASK_ARGS="--context-size 3"
 MODEL_ARGS="--arch lsh_doc_transformer_tiny --share-all-embeddings
   --lsh-attention encoder-self,decoder-self,cross --lsh-chunk-size 8 --lsh-hash-classes 4 --lsh-rounds 2"

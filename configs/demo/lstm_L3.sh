@@ -1,6 +1,6 @@
 # Long-short term masking (paper 002's 3-to-3 system): 3-sentence windows, 2 of the 4 heads of
 # every encoder and decoder self-attention see only the current sentence; tiny, embedded corpus.
-source "$(dirname "${BASH_SOURCE[0]}")/train_args.sh"
+source "${RFA_DOC_MT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}/configs/demo/train_args.sh"
 TASK_ARGS="--context-size 2"
 MODEL_ARGS="--arch lstm_doc_transformer_tiny --share-all-embeddings --local-heads 2 --local-attention encoder,decoder"
 TRAIN_ARGS="$DEMO_TRAIN_ARGS"

@@ -1,6 +1,6 @@
 # Long-short term masking transformer (paper 002) over 4-sentence windows (L = 4), tiny, for
 # `make demo`: half of the encoder and decoder self-attention heads see only their sentence.
-source "$(dirname "${BASH_SOURCE[0]}")/train_args.sh"
+source "${RFA_DOC_MT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}/configs/demo/train_args.sh"
 TASK_ARGS="--context-size 3"
 MODEL_ARGS="--arch lstm_doc_transformer_tiny --share-all-embeddings --local-heads 2 --local-attention encoder,decoder"
 TRAIN_ARGS="$DEMO_TRAIN_ARGS"

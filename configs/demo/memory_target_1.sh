@@ -2,4 +2,4 @@
 # memory in the top decoder layer only (target side). Otherwise as memory_L1.sh (memory in the top layer, index 1, of both sides).
 MEMORY_ENCODER_LAYERS=none
 MEMORY_DECODER_LAYERS=-1
-source "$(dirname "${BASH_SOURCE[0]}")/memory_L1.sh"
+source "${RFA_DOC_MT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}/configs/demo/memory_L1.sh"

@@ -1,6 +1,6 @@
 # RFA (paper 000: random feature attention in decoder causal + cross attention) over
 # 3-sentence windows (L = 3), tiny, for the embedded corpus (reproduce_rfa_*.sh).
-source "$(dirname "${BASH_SOURCE[0]}")/train_args.sh"
+source "${RFA_DOC_MT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}/configs/demo/train_args.sh"
 TASK_ARGS="--context-size 2"
 MODEL_ARGS="--arch rfa_doc_transformer_tiny --share-all-embeddings --rfa-gate none"
 TRAIN_ARGS="$DEMO_TRAIN_ARGS"

@@ -1,6 +1,6 @@
 # RFA with the sentential gate (paper 000 §3.2, RFA-sgate, b_f initialised to 2) over
 # 4-sentence windows (L = 4), tiny, for `make demo`.
-source "$(dirname "${BASH_SOURCE[0]}")/train_args.sh"
+source "${RFA_DOC_MT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}/configs/demo/train_args.sh"
 TASK_ARGS="--context-size 3"
 MODEL_ARGS="--arch rfa_doc_transformer_tiny --share-all-embeddings --rfa-gate sgate --rfa-gate-bias-init 2"
 TRAIN_ARGS="$DEMO_TRAIN_ARGS"

@@ -1,5 +1,5 @@
 # Concatenation transformer over 4-sentence windows (L = 4), tiny, for `make demo`.
-source "$(dirname "${BASH_SOURCE[0]}")/train_args.sh"
+source "${RFA_DOC_MT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}/configs/demo/train_args.sh"
 TASK_ARGS="--context-size 3"
 MODEL_ARGS="--arch doc_transformer_tiny --share-all-embeddings"
 TRAIN_ARGS="$DEMO_TRAIN_ARGS"

@@ -1,6 +1,6 @@
 """File conventions shared by every pipeline step.
 
-* Text: one sentence per line, UTF-8.
+* Text: one sentence per line, UTF-8 (a byte that is not UTF-8 stops with its file and line).
 * Documents: a sidecar file ``<split>.docs`` beside the text, one line per document,
   ``<number of sentences>\t<document name>``, in the order of the text. The number of
   sentences summed over the file must equal the number of lines of the text.
@@ -12,7 +12,7 @@ import contextlib
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Iterator, List, Sequence
+from typing import Iterator, List, Sequence, Tuple
 
 
 _UMASK = os.umask(0)
@@ -46,12 +46,53 @@ class Document:
     num_sentences: int
 
 
-def read_lines(path: str) -> List[str]:
-    """Read a sentence-per-line file (without line terminators); stop clearly if missing."""
+def _not_utf8(path: str, data: bytes, offset: int, first_line: int = 1) -> str:
+    """Message for the byte at ``offset`` of ``data``, whose first line is line ``first_line``."""
+    line_number = first_line + data.count(b"\n", 0, offset)
+    column = offset - (data.rfind(b"\n", 0, offset) + 1) + 1
+    return (f"{path}:{line_number}: not UTF-8 (byte 0x{data[offset]:02x} at column {column}); "
+            f"convert the file to UTF-8 first (e.g. iconv -f LATIN1 -t UTF-8)")
+
+
+def _locate_decode_error(path: str) -> str:
+    """Message naming the line of the first byte of ``path`` that is not UTF-8."""
+    with open(path, "rb") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                return _not_utf8(path, line, error.start, first_line=line_number)
+    return f"{path}: not UTF-8"
+
+
+def text_lines(path: str) -> Iterator[Tuple[int, str]]:
+    """``(line number, line without its terminator)`` of a UTF-8 text file, from 1."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: file not found")
     with open(path, encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in handle]
+        try:
+            for line_number, line in enumerate(handle, start=1):
+                yield line_number, line.rstrip("\n")
+        except UnicodeDecodeError:
+            # the text layer decodes in chunks: find the line in the bytes
+            raise DataError(_locate_decode_error(path)) from None
+
+
+def read_text(path: str) -> str:
+    """A whole UTF-8 file (JSON), stopping with the line of a byte that is not UTF-8."""
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: file not found")
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(_not_utf8(path, data, error.start)) from None
+
+
+def read_lines(path: str) -> List[str]:
+    """Read a sentence-per-line file (without line terminators); stop clearly if missing."""
+    return [line for _, line in text_lines(path)]
 
 
 def write_lines(path: str, lines: Sequence[str]) -> None:
@@ -67,17 +108,16 @@ def read_docs(path: str, num_sentences: int = None) -> List[Document]:
     if not os.path.isfile(path):
         raise DataError(f"{path}: document boundary file not found")
     documents = []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            fields = line.rstrip("\n").split("\t", 1)
-            try:
-                count = int(fields[0])
-            except ValueError:
-                raise DataError(f"{path}:{line_number}: expected '<number of sentences>\\t<name>', got {line.strip()!r}")
-            if count <= 0:
-                raise DataError(f"{path}:{line_number}: empty document (0 sentences)")
-            name = fields[1] if len(fields) > 1 and fields[1] else f"doc{line_number}"
-            documents.append(Document(name, count))
+    for line_number, line in text_lines(path):
+        fields = line.split("\t", 1)
+        try:
+            count = int(fields[0])
+        except ValueError:
+            raise DataError(f"{path}:{line_number}: expected '<number of sentences>\\t<name>', got {line.strip()!r}")
+        if count <= 0:
+            raise DataError(f"{path}:{line_number}: empty document (0 sentences)")
+        name = fields[1] if len(fields) > 1 and fields[1] else f"doc{line_number}"
+        documents.append(Document(name, count))
     if not documents:
         raise DataError(f"{path}: no documents")
     if num_sentences is not None:

@@ -20,7 +20,9 @@ renamed to ``--out`` only when every step succeeded (a failed run leaves nothing
 
 import argparse
 import contextlib
+import fnmatch
 import glob
+import hashlib
 import json
 import multiprocessing
 import os
@@ -32,11 +34,14 @@ import sys
 import tempfile
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from .io import DataError, Document, atomic_write, check_parallel, read_docs, read_lines, write_docs, write_lines
-from .text import (JIEBA_LANGUAGES, Preprocessor, SentencePieceEncoder, TextDocument, check_language,
-                   default_tokenizer, load_prep, train_truecaser, uses_truecasing)
-from .voita import map_contrastive, read_context_aware, read_contrastive, write_contrastive
-from .wit3 import DEV_SETS, TEST_SETS, find_train_tags, read_parallel_train_tags, read_wit3_sets
+from .io import (DataError, Document, atomic_write, check_parallel, read_docs, read_lines, read_text, write_docs,
+                 write_lines)
+from .text import (FIRST_WORD_TRUECASING, JIEBA_LANGUAGES, Preprocessor, SentencePieceEncoder, TextDocument,
+                   check_language, default_tokenizer, detect_script, language_script, load_prep, train_truecaser,
+                   truecasing_of, uses_truecasing)
+from .voita import count_repeats, map_contrastive, read_context_aware, read_contrastive, write_contrastive
+from .wit3 import (DEV_SETS, TEST_SETS, describe_sets, find_train_tags, read_parallel_train_tags, read_wit3_sets,
+                   wit3_campaign)
 
 SPLITS = ("train", "valid", "test")
 DEFAULT_BPE_SIZE = 30000  # joint BPE size of paper 000
@@ -60,16 +65,48 @@ def log(message: str) -> None:
 # Output directory: staged beside --out, renamed into place at the end
 
 
-def check_replaceable(out: str, marker: str) -> None:
-    """``out`` may be written if absent, empty, or an earlier output of this script."""
+# What a corpus directory written by this script holds (consistency/ only for the synthetic
+# corpus, which writes its own sets): anything else there was put there by someone else.
+CORPUS_OUTPUTS = ("prep.json", "preprocess.log", "dict.*.txt", "*.bin", "*.idx", "*.docs", "*.ref.*", "raw", "bpe",
+                  "spm.model", "spm.vocab", "truecase.*.model")
+
+
+def earlier_outputs(out: str, marker: str) -> List[str]:
+    """Entries of ``out`` (an earlier output of this script) that this script wrote there."""
+    entries = os.listdir(out)
+    if marker == CONSISTENCY_MANIFEST:
+        sets = set(read_manifest(out).get("sets", {}))
+        return [entry for entry in entries if entry == marker or entry in sets]
+    patterns = CORPUS_OUTPUTS
+    with contextlib.suppress(DataError):
+        if load_prep(out).get("corpus") == "synthetic":
+            patterns += ("consistency",)
+    return [entry for entry in entries if any(fnmatch.fnmatchcase(entry, pattern) for pattern in patterns)]
+
+
+def check_replaceable(out: str, marker: str, force: bool = False, keep: Sequence[str] = ()) -> None:
+    """``out`` may be written if absent, empty, or an earlier output of this script holding
+    nothing else than what this script wrote and ``keep`` (unless ``force``)."""
     if not os.path.exists(out):
         return
     if not os.path.isdir(out):
         raise DataError(f"{out}: exists and is not a directory")
-    if os.listdir(out) and not os.path.isfile(os.path.join(out, marker)):
+    if not os.listdir(out):
+        return
+    if not os.path.isfile(os.path.join(out, marker)):
         raise DataError(
             f"{out}: exists, is not empty and holds no {marker}, so it was not written by this "
             f"script; remove it or choose another --out")
+    if force:
+        return
+    lost = sorted(set(os.listdir(out)) - set(earlier_outputs(out, marker)) - set(keep))
+    if lost:
+        shown = ", ".join(entry + ("/" if os.path.isdir(os.path.join(out, entry)) else "") for entry in lost[:10])
+        more = f" and {len(lost) - 10} more" if len(lost) > 10 else ""
+        raise DataError(
+            f"{out}: an earlier output of this script, which also holds what it did not write there: "
+            f"{shown}{more}. Replacing {out} would delete them: move them elsewhere, or pass --force "
+            f"to replace {out} with everything in it")
 
 
 def _make_readable(directory: str) -> None:
@@ -85,18 +122,28 @@ def _make_readable(directory: str) -> None:
 
 
 @contextlib.contextmanager
-def staged_output(out: str, marker: str) -> Iterator[str]:
-    """Yield a temporary directory that replaces ``out`` when the block succeeds."""
+def staged_output(out: str, marker: str, force: bool = False, keep: Sequence[str] = ()) -> Iterator[str]:
+    """Yield a temporary directory that replaces ``out`` when the block succeeds.
+
+    ``keep``: entries of an earlier ``out`` copied into the temporary directory first (the
+    block may overwrite them). Anything else an earlier ``out`` holds besides what this script
+    wrote there stops the run before any work, unless ``force``."""
     out = os.path.abspath(out)
-    check_replaceable(out, marker)
+    check_replaceable(out, marker, force, keep)
     parent, name = os.path.split(out)
     os.makedirs(parent, exist_ok=True)
     stage = tempfile.mkdtemp(prefix=f".{name}.partial-", dir=parent)
     try:
+        for entry in keep:
+            source = os.path.join(out, entry)
+            if os.path.isdir(source):
+                shutil.copytree(source, os.path.join(stage, entry), symlinks=True)
+            elif os.path.lexists(source):
+                shutil.copy2(source, os.path.join(stage, entry), follow_symlinks=False)
         yield stage
         if not os.path.isfile(os.path.join(stage, marker)):
             raise PrepareError(f"internal error: {marker} was not written")
-        check_replaceable(out, marker)
+        check_replaceable(out, marker, force, keep)
         _make_readable(stage)
         if os.path.isdir(out) and not os.listdir(out):
             os.rmdir(out)
@@ -334,8 +381,10 @@ def count_summary(documents: Sequence[TextDocument]) -> dict:
 
 def prepare_parallel_corpus(corpus: str, splits: Dict[str, Tuple[List[TextDocument], List[TextDocument]]],
                             split_files: Dict[str, List[str]], out: str, source_lang: str, target_lang: str,
-                            tokenizers: Dict[str, str], bpe_size: int, workers: int, command: str) -> dict:
-    """Steps 1-4 for documents already read and checked; returns prep.json's content."""
+                            tokenizers: Dict[str, str], bpe_size: int, workers: int, command: str,
+                            force: bool = False, split_origins: Optional[Dict[str, str]] = None) -> dict:
+    """Steps 1-4 for documents already read and checked; returns prep.json's content.
+    ``split_origins``: what each split holds, in words (recorded in prep.json)."""
     if bpe_size < 1:
         raise DataError(f"--bpe-size must be positive, got {bpe_size}")
     learn_split = "train" if "train" in splits else "valid"
@@ -344,7 +393,7 @@ def prepare_parallel_corpus(corpus: str, splits: Dict[str, Tuple[List[TextDocume
     if learn_split != "train":
         log("note: no train split: BPE and truecasing are learned on the valid split")
     languages = (source_lang, target_lang)
-    with staged_output(out, PREP_FILE) as stage:
+    with staged_output(out, PREP_FILE, force=force) as stage:
         for split, (source, target) in splits.items():
             write_docs(os.path.join(stage, "raw", f"{split}.docs"),
                        [Document(d.name, len(d.sentences)) for d in source])
@@ -375,11 +424,13 @@ def prepare_parallel_corpus(corpus: str, splits: Dict[str, Tuple[List[TextDocume
             "corpus": corpus,
             "source_lang": source_lang,
             "target_lang": target_lang,
-            "splits": {split: dict(count_summary(splits[split][0]), files=split_files.get(split, []))
+            "splits": {split: dict(count_summary(splits[split][0]), files=split_files.get(split, []),
+                                   **({"holds": split_origins[split]} if split in (split_origins or {}) else {}))
                        for split in ordered_splits},
             "tokenizers": {lang: tokenizers[lang] for lang in languages},
             "truecased": {lang: lang in truecase_models for lang in languages},
             "truecase_models": truecase_models,
+            "truecasing": FIRST_WORD_TRUECASING,
             "bpe": "sentencepiece-bpe",
             "bpe_size": learned_size,
             "requested_bpe_size": bpe_size,
@@ -399,7 +450,7 @@ def print_counts(label: str, splits: Dict[str, Tuple[List[TextDocument], List[Te
         if split in splits:
             counts = count_summary(splits[split][0])
             origin = f" ({origins[split]})" if origins.get(split, split) != split else ""
-            log(f"{label} {split}{origin}: "
+            log(f"{label + ' ' if label else ''}{split}{origin}: "
                 f"{counts['documents']} {unit}, {counts['sentences']} sentences")
 
 
@@ -483,7 +534,7 @@ def contrastive_processors(prep_dir: str, prep: dict) -> List[CorpusSentenceProc
         truecase_model = prep.get("truecase_models", {}).get(lang)
         preprocessor = Preprocessor(
             lang, truecase_model=os.path.join(prep_dir, truecase_model) if truecase_model else None,
-            tokenizer=prep["tokenizers"][lang])
+            tokenizer=prep["tokenizers"][lang], truecasing=truecasing_of(prep))
         processors.append(CorpusSentenceProcessor(preprocessor, encoder))
     return processors
 
@@ -493,13 +544,60 @@ def needs_processing(prep: dict) -> bool:
                 or any(tokenizer not in ("identity", "given") for tokenizer in prep["tokenizers"].values()))
 
 
+def corpus_fingerprint(prep_dir: str, prep: dict) -> str:
+    """Hash of what decides how a corpus processes text (languages, tokenizers, truecasing and
+    BPE models): sets processed for one corpus are valid for another with the same hash."""
+    digest = hashlib.sha256(json.dumps(
+        [prep["source_lang"], prep["target_lang"], prep["tokenizers"], truecasing_of(prep)
+         if prep.get("truecase_models") else None], sort_keys=True).encode())
+    models = [prep.get("sentencepiece_model")] + sorted(prep.get("truecase_models", {}).values())
+    for model in filter(None, models):
+        with open(os.path.join(prep_dir, model), "rb") as handle:
+            digest.update(handle.read())
+    return digest.hexdigest()
+
+
+def read_manifest(directory: str) -> dict:
+    path = os.path.join(directory, CONSISTENCY_MANIFEST)
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as error:
+        raise DataError(f"{path}:{error.lineno}: invalid JSON: {error.msg}")
+
+
+def check_set_languages(path: str, examples: Sequence[dict], prep_dir: str, prep: dict,
+                        languages: Optional[Tuple[str, str]]) -> None:
+    """Stop when a contrastive set's languages (``languages`` when given, else the writing
+    systems of its ``src`` and ``dst`` text) are not the corpus's."""
+    corpus = (prep["source_lang"], prep["target_lang"])
+    where = f"the corpus {prep_dir} translates {corpus[0]} -> {corpus[1]}"
+    if languages:
+        if tuple(languages) != corpus:
+            raise DataError(f"{path}: the sets are {languages[0]} -> {languages[1]} (--source-lang/--target-lang), "
+                            f"but {where}; prepare them against a {languages[0]}-{languages[1]} corpus")
+        return
+    sample = examples[:200]
+    found = (detect_script(example["src"] for example in sample),
+             detect_script(candidate for example in sample for candidate in example["dst"]))
+    expected = tuple(language_script(lang) for lang in corpus)
+    if any(seen is not None and seen != wanted for seen, wanted in zip(found, expected)):
+        raise DataError(
+            f"{path}: its sources ('src') are in {found[0] or 'no'} script and its candidates ('dst') in "
+            f"{found[1] or 'no'} script, but {where} ({expected[0]} -> {expected[1]} script): these sets "
+            f"are for another language pair. Prepare them against a corpus of their languages, or pass "
+            f"--source-lang/--target-lang if this guess from the script is wrong")
+
+
 def write_consistency_sets(json_paths: Sequence[str], prep_dir: str, prep: dict, out_dir: str,
-                           relative_paths: bool = False) -> Dict[str, dict]:
+                           relative_paths: bool = False, languages: Optional[Tuple[str, str]] = None,
+                           manifest_sets: Optional[Dict[str, dict]] = None) -> Dict[str, dict]:
     """Validate contrastive sets and write them processed like the corpus (copied when no
     processing applies) into ``out_dir`` with a ``consistency.json`` manifest.
 
     ``relative_paths``: the manifest names files relative to ``out_dir`` (for sets inside a
-    corpus being staged, whose temporary name disappears at the end)."""
+    corpus being staged, whose temporary name disappears at the end). ``languages``: the sets'
+    (source, target) languages, checked against the corpus's (else guessed from the script).
+    ``manifest_sets``: entries of sets already in ``out_dir`` that the manifest keeps."""
 
     def recorded(path: str) -> str:
         return os.path.relpath(path, out_dir) if relative_paths else os.path.abspath(path)
@@ -511,25 +609,39 @@ def write_consistency_sets(json_paths: Sequence[str], prep_dir: str, prep: dict,
             raise DataError(f"{path}: same file name as {names[name]}; outputs would collide")
         names[name] = path
     examples = {path: read_contrastive(path) for path in json_paths}
+    for path in json_paths:
+        check_set_languages(path, examples[path], prep_dir, prep, languages)
     processing = needs_processing(prep)
     if processing:
         source_sentence, target_sentence = contrastive_processors(prep_dir, prep)
-    manifest = {}
+    manifest = dict(manifest_sets or {})
     for path in json_paths:
         name = os.path.basename(path)
         output_path = os.path.join(out_dir, name)
         if processing:
             log(f"processing {path if not relative_paths else name} ({len(examples[path])} examples)")
-            write_contrastive(output_path, map_contrastive(examples[path], source_sentence, target_sentence))
+            written = map_contrastive(examples[path], source_sentence, target_sentence)
+            write_contrastive(output_path, written)
         else:
             log(f"checked {path if not relative_paths else name} ({len(examples[path])} examples); "
                 f"copied as is (no processing for this corpus)")
+            written = examples[path]
             with atomic_write(output_path, "wb") as handle, open(path, "rb") as source:
                 shutil.copyfileobj(source, handle)
-        manifest[name] = {"examples": len(examples[path]), "from": recorded(path),
-                          "candidates": sum(len(example["dst"]) for example in examples[path])}
+        # counted on what is scored: processing may make two candidates identical
+        repeating, single = count_repeats(written)
+        if repeating:
+            log(f"note: {name}: {repeating} of {len(written)} examples repeat a candidate; identical candidates "
+                f"are one candidate, scored once")
+        if single:
+            log(f"note: {name}: {single} examples have a single distinct candidate; the scorer skips them")
+        manifest[name] = {"examples": len(written), "from": recorded(path),
+                          "candidates": sum(len(example["dst"]) for example in written),
+                          "repeated_candidates": repeating, "single_candidate": single}
     with atomic_write(os.path.join(out_dir, CONSISTENCY_MANIFEST)) as handle:
-        json.dump({"prep": recorded(prep_dir), "processed": processing, "sets": manifest},
+        json.dump({"prep": recorded(prep_dir), "source_lang": prep["source_lang"], "target_lang": prep["target_lang"],
+                   "corpus_fingerprint": corpus_fingerprint(prep_dir, prep), "processed": processing,
+                   "sets": dict(sorted(manifest.items()))},
                   handle, indent=2, ensure_ascii=False)
         handle.write("\n")
     return manifest
@@ -551,22 +663,28 @@ def run_iwslt15(args, command: str) -> None:
             log(f"note: dropped {dropped} line pairs of train.tags with an empty side")
         splits["train"] = (source, target)
         split_files["train"] = [os.path.basename(train_source), os.path.basename(train_target)]
-        origins["train"] = "train.tags"
+        origins["train"] = os.path.basename(train_source).rsplit(".", 1)[0]
     else:
         log(f"note: no train.tags.{source_lang}-{target_lang}.{{{source_lang},{target_lang}}} in {args.wit3_dir}: "
             f"preparing the valid and test splits only")
-    valid_sets = args.valid_sets.split(",")
-    test_sets = args.test_sets.split(",")
-    for split, set_names in (("valid", valid_sets), ("test", test_sets)):
+    campaigns = set()
+    for split, option in (("valid", args.valid_sets), ("test", args.test_sets)):
+        set_names = [name.strip() for name in option.split(",") if name.strip()]
+        if not set_names:
+            raise DataError(f"--{split}-sets is empty")
         source, target, files = read_wit3_sets(args.wit3_dir, set_names, source_lang, target_lang)
         splits[split] = (source, target)
         split_files[split] = files
-        origins[split] = "+".join(set_names)
-    print_counts("iwslt15", splits, origins, "talks")
+        # named by what it holds: "IWSLT15 tst2010+tst2011", "IWSLT17 tst2016+tst2017"
+        origins[split] = describe_sets(set_names, files)
+        campaigns.update(wit3_campaign(name) for name in files)
+    corpus = "+".join(sorted(campaigns)).lower()
+    print_counts("", splits, origins, "talks")
     tokenizers = {lang: default_tokenizer(lang) for lang in (source_lang, target_lang)}
-    prepare_parallel_corpus("iwslt15", splits, split_files, args.out, source_lang, target_lang, tokenizers,
-                            args.bpe_size, args.workers, command)
-    print_counts("iwslt15", splits, origins, "talks")
+    prepare_parallel_corpus(corpus, splits, split_files, args.out, source_lang, target_lang, tokenizers,
+                            args.bpe_size, args.workers, command, force=args.force,
+                            split_origins=origins)
+    print_counts("", splits, origins, "talks")
     log(f"wrote {os.path.abspath(args.out)}")
 
 
@@ -588,18 +706,38 @@ def run_opensubtitles(args, command: str) -> None:
     # Voita et al. release Moses-tokenized text; tokenizing again would split "n 't" further.
     tokenizers = {source_lang: "pretokenized", target_lang: "pretokenized"}
     prepare_parallel_corpus("opensubtitles", splits, split_files, args.out, source_lang, target_lang, tokenizers,
-                            args.bpe_size, args.workers, command)
+                            args.bpe_size, args.workers, command, force=args.force)
     print_counts("opensubtitles", splits, origins, "documents")
     log(f"wrote {os.path.abspath(args.out)}")
 
 
 def run_consistency(args, command: str) -> None:
     prep = load_prep(args.prep)
-    with staged_output(args.out, CONSISTENCY_MANIFEST) as stage:
-        manifest = write_consistency_sets(args.json, args.prep, prep, stage)
+    if (args.source_lang is None) != (args.target_lang is None):
+        raise DataError("give both --source-lang and --target-lang, or neither")
+    languages = (args.source_lang, args.target_lang) if args.source_lang else None
+    out = os.path.abspath(args.out)
+    # sets already in --out are kept (the new ones are added), when prepared for this corpus
+    keep, kept_sets = [], {}
+    if os.path.isfile(os.path.join(out, CONSISTENCY_MANIFEST)) and not args.force:
+        earlier = read_manifest(out)
+        replaced = {os.path.basename(path) for path in args.json}
+        others = sorted(set(earlier.get("sets", {})) - replaced)
+        if others and earlier.get("corpus_fingerprint") != corpus_fingerprint(args.prep, prep):
+            raise DataError(
+                f"{out}: holds sets prepared for another corpus (or by an older version of this script): "
+                f"{', '.join(others)}; adding to them would mix two preparations and replacing {out} would "
+                f"delete them. Prepare these sets again with this --prep, choose another --out, or pass "
+                f"--force to replace {out}")
+        kept_sets = {name: earlier["sets"][name] for name in others}
+        keep = [entry for entry in os.listdir(out) if entry != CONSISTENCY_MANIFEST and entry not in replaced]
+    with staged_output(out, CONSISTENCY_MANIFEST, force=args.force, keep=keep) as stage:
+        manifest = write_consistency_sets(args.json, args.prep, prep, stage, languages=languages,
+                                          manifest_sets=kept_sets)
     for name, entry in manifest.items():
-        log(f"consistency {name}: {entry['examples']} examples, {entry['candidates']} candidates")
-    log(f"wrote {os.path.abspath(args.out)}")
+        status = "kept" if name in kept_sets else "written"
+        log(f"consistency {name}: {entry['examples']} examples, {entry['candidates']} candidates ({status})")
+    log(f"wrote {out}")
 
 
 def run_synthetic(args, command: str) -> None:
@@ -614,7 +752,7 @@ def run_synthetic(args, command: str) -> None:
             if value < 1:
                 raise DataError(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
             options[name] = value
-    with staged_output(args.out, PREP_FILE) as stage:
+    with staged_output(args.out, PREP_FILE, force=args.force) as stage:
         raw_dir = os.path.join(stage, "raw")
         log(f"writing the synthetic corpus (seed {args.seed})")
         write_corpus(raw_dir, **options)
@@ -645,7 +783,7 @@ def run_binarize(args, command: str) -> None:
     counts = check_raw_splits(args.raw, args.source_lang, args.target_lang)
     for split, count in counts.items():
         log(f"{split + ':':6s} {count['documents']} documents, {count['sentences']} sentences")
-    with staged_output(args.out, PREP_FILE) as stage:
+    with staged_output(args.out, PREP_FILE, force=args.force) as stage:
         dictionary_splits = binarize_raw(args.raw, stage, counts, args.source_lang, args.target_lang, args.workers)
         prep = unprocessed_prep("binarize", args.source_lang, args.target_lang, counts, "given", dictionary_splits,
                                 {}, command)
@@ -659,20 +797,30 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     default_workers = min(8, os.cpu_count() or 1)
 
+    def add_force(subparser):
+        subparser.add_argument("--force", action="store_true",
+                               help="replace --out even when it holds files this script did not write there")
+
     def add_workers(subparser):
         subparser.add_argument("--workers", type=int, default=default_workers,
                                help=f"processes for tokenization, BPE and fairseq-preprocess (default {default_workers})")
 
-    iwslt = commands.add_parser("iwslt15", help="IWSLT15 TED talks from WIT3 files")
-    iwslt.add_argument("--wit3-dir", required=True, help="directory of IWSLT15.TED.*.xml (and train.tags.* if any)")
+    iwslt = commands.add_parser("iwslt15", help="TED talks from WIT3 files (IWSLT15 zh-en by default; any "
+                                                 "IWSLT campaign's sets with --valid-sets/--test-sets)")
+    iwslt.add_argument("--wit3-dir", required=True,
+                       help="directory of IWSLT*.TED.<set>.<pair>.<lang>.xml (and train.tags.* if any)")
     iwslt.add_argument("--out", required=True, help="output directory (binarized corpus)")
     iwslt.add_argument("--source-lang", default="zh", help="source language code (default zh)")
     iwslt.add_argument("--target-lang", default="en", help="target language code (default en)")
     iwslt.add_argument("--bpe-size", type=int, default=DEFAULT_BPE_SIZE,
                        help="joint BPE vocabulary size (lowered when the training text is too small)")
-    iwslt.add_argument("--valid-sets", default=",".join(DEV_SETS), help="WIT3 sets forming the valid split")
-    iwslt.add_argument("--test-sets", default=",".join(TEST_SETS), help="WIT3 sets forming the test split")
+    iwslt.add_argument("--valid-sets", default=",".join(DEV_SETS),
+                       help=f"comma-separated WIT3 sets forming the valid split (default {','.join(DEV_SETS)})")
+    iwslt.add_argument("--test-sets", default=",".join(TEST_SETS),
+                       help=f"comma-separated WIT3 sets forming the test split (default {','.join(TEST_SETS)}); "
+                            f"e.g. tst2016,tst2017 for IWSLT17's files, of either pair direction")
     add_workers(iwslt)
+    add_force(iwslt)
 
     subtitles = commands.add_parser("opensubtitles", help="Voita et al.'s context-aware OpenSubtitles en-ru")
     subtitles.add_argument("--data-dir", required=True, help="directory of {train,dev,test}.{src,dst}")
@@ -682,11 +830,18 @@ def build_parser() -> argparse.ArgumentParser:
     subtitles.add_argument("--bpe-size", type=int, default=DEFAULT_BPE_SIZE,
                            help="joint BPE vocabulary size (lowered when the training text is too small)")
     add_workers(subtitles)
+    add_force(subtitles)
 
     consistency = commands.add_parser("consistency", help="contrastive JSON sets, processed like a prepared corpus")
     consistency.add_argument("--json", nargs="+", required=True, help="contrastive JSON files")
     consistency.add_argument("--prep", required=True, help="a corpus directory written by this script")
-    consistency.add_argument("--out", required=True, help="output directory for the processed JSON sets")
+    consistency.add_argument("--out", required=True,
+                             help="output directory for the processed JSON sets; sets already there (prepared "
+                                  "for the same corpus) are kept")
+    consistency.add_argument("--source-lang", help="language of the sets' 'src' (default: guessed from its script)")
+    consistency.add_argument("--target-lang", help="language of the sets' 'dst' (default: guessed from its script)")
+    consistency.add_argument("--force", action="store_true",
+                             help="replace --out with only these sets, whatever it holds")
 
     synthetic = commands.add_parser("synthetic", help="the embedded synthetic corpus (no BPE)")
     synthetic.add_argument("--out", required=True, help="output directory (binarized corpus)")
@@ -697,6 +852,7 @@ def build_parser() -> argparse.ArgumentParser:
     synthetic.add_argument("--contrastive-pairs", type=int, default=None,
                            help="mirrored example pairs per contrastive set (default: the generator's)")
     add_workers(synthetic)
+    add_force(synthetic)
 
     binarize_parser = commands.add_parser("binarize", help="binarize already tokenized text (steps 3 and 4)")
     binarize_parser.add_argument("--raw", required=True, help="directory of {split}.{lang} and {split}.docs")
@@ -704,6 +860,7 @@ def build_parser() -> argparse.ArgumentParser:
     binarize_parser.add_argument("--source-lang", required=True, help="source language code (file suffix)")
     binarize_parser.add_argument("--target-lang", required=True, help="target language code (file suffix)")
     add_workers(binarize_parser)
+    add_force(binarize_parser)
     return parser
 
 

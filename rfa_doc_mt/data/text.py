@@ -2,8 +2,17 @@
 
 Pre-processing (before BPE): Chinese is segmented with jieba; languages with Moses rules are
 tokenized with sacremoses (``escape=False``: no ``&amp;``-style escapes reach the model);
-English is then truecased with a sacremoses truecaser trained on the training text. The
-synthetic corpus's pseudo-languages ``src``/``tgt`` are already tokens and pass unchanged.
+English is then truecased. The synthetic corpus's pseudo-languages ``src``/``tgt`` are
+already tokens and pass unchanged.
+
+Truecasing (``first-word``) changes only what post-processing can undo: the first word of a
+line (after opening quotes and brackets) is lower-cased when a sacremoses truecaser trained on
+the training text has seen it mostly so and only its first letter differs (``The`` -> ``the``,
+never ``IBM`` -> ``ibm``); every other word keeps its case. Post-processing upper-cases that
+first letter again. Moses' own truecaser also rewrites words inside a sentence to their most
+frequent casing (``Los Angeles Times`` -> ``Los Angeles times``) and capitalises after every
+``.``/``:``/``?``/``!``, which no detruecaser can undo; corpora prepared with it (``prep.json``
+without ``truecasing``, or ``"truecasing": "moses"``) keep it for their own decoding.
 
 Post-processing undoes this in reverse order: sentencepiece decode, detruecase, detokenize.
 """
@@ -12,10 +21,12 @@ import json
 import logging
 import os
 import re
+import unicodedata
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
-from .io import DataError
+from .io import DataError, read_text
 
 JIEBA_LANGUAGES = ("zh",)
 # Languages for which sacremoses ships Moses non-breaking prefixes.
@@ -28,6 +39,11 @@ TRUECASED_LANGUAGES = ("en",)
 
 # How a side was tokenized, as recorded in prep.json.
 TOKENIZERS = ("jieba", "moses", "identity", "pretokenized", "given")
+# How a truecased side was truecased (prep.json "truecasing"); see the module docstring.
+TRUECASING = ("first-word", "moses")
+FIRST_WORD_TRUECASING = "first-word"
+# Tokens that open a sentence without being its first word (Moses' truecaser skips them too).
+SENTENCE_OPENERS = frozenset(("(", "[", '"', "'"))
 
 
 @dataclass
@@ -75,6 +91,26 @@ def check_language(lang: str, where: str = "") -> str:
     return lang
 
 
+# Writing system of each known language that is not written in Latin script.
+NON_LATIN_SCRIPTS = {"zh": "Han", "ru": "Cyrillic", "el": "Greek"}
+
+
+def language_script(lang: str) -> str:
+    return NON_LATIN_SCRIPTS.get(check_language(lang), "Latin")
+
+
+def detect_script(texts: Iterable[str]) -> Optional[str]:
+    """The writing system most letters of ``texts`` belong to (Unicode character names:
+    Latin, Cyrillic, Greek, Han, ...), or None when they hold no letter."""
+    counts = Counter()
+    for text in texts:
+        for character in text:
+            if character.isalpha():
+                name = unicodedata.name(character, "")
+                counts["Han" if name.startswith("CJK") else name.split(" ", 1)[0].capitalize()] += 1
+    return counts.most_common(1)[0][0] if counts else None
+
+
 def default_tokenizer(lang: str) -> str:
     check_language(lang)
     if lang in JIEBA_LANGUAGES:
@@ -106,8 +142,12 @@ class Preprocessor:
     again would split its tokens further (``Didn 't`` becomes ``Didn ' t``).
     """
 
-    def __init__(self, lang: str, truecase_model: Optional[str] = None, tokenizer: Optional[str] = None):
+    def __init__(self, lang: str, truecase_model: Optional[str] = None, tokenizer: Optional[str] = None,
+                 truecasing: str = FIRST_WORD_TRUECASING):
         self.lang = check_language(lang)
+        if truecasing not in TRUECASING:
+            raise DataError(f"unknown truecasing {truecasing!r}; known: {', '.join(TRUECASING)}")
+        self.truecasing = truecasing
         self.tokenizer = tokenizer or default_tokenizer(lang)
         if self.tokenizer not in TOKENIZERS:
             raise DataError(f"unknown tokenizer {self.tokenizer!r}; known: {', '.join(TOKENIZERS)}")
@@ -138,7 +178,9 @@ class Preprocessor:
     def truecase(self, tokenized: str) -> str:
         if self._truecaser is None:
             return tokenized
-        return self._truecaser.truecase(tokenized, return_str=True)
+        if self.truecasing == "moses":
+            return self._truecaser.truecase(tokenized, return_str=True)
+        return truecase_first_word(tokenized, self._truecaser.model["best"])
 
     def __call__(self, sentence: str) -> str:
         return self.truecase(self.tokenize(sentence))
@@ -163,6 +205,33 @@ def train_truecaser(tokenized_sentences: Iterable[str], model_path: str, process
     return model_path
 
 
+def _first_word(tokens: Sequence[str]) -> Optional[int]:
+    return next((index for index, token in enumerate(tokens) if token not in SENTENCE_OPENERS), None)
+
+
+def truecase_first_word(tokenized: str, best_casing: Dict[str, str]) -> str:
+    """Lower-case the first letter of the line's first word when ``best_casing`` (a sacremoses
+    truecaser's ``model["best"]``: lower-cased word -> most frequent casing) says so and nothing
+    else of the word differs, so that :func:`capitalize_first_word` gives the line back."""
+    tokens = tokenized.split()
+    index = _first_word(tokens)
+    if index is not None:
+        word = tokens[index]
+        lowered = word[:1].lower() + word[1:]
+        if lowered != word and best_casing.get(word.lower()) == lowered:
+            tokens[index] = lowered
+    return " ".join(tokens)
+
+
+def capitalize_first_word(tokenized: str) -> str:
+    """Upper-case the first letter of the line's first word (the inverse of :func:`truecase_first_word`)."""
+    tokens = tokenized.split()
+    index = _first_word(tokens)
+    if index is not None:
+        tokens[index] = tokens[index][:1].upper() + tokens[index][1:]
+    return " ".join(tokens)
+
+
 # A space jieba inserted is kept only between two Latin letters/digits ("New York", "3 D").
 _CHINESE_JOINED_SPACE = re.compile(r"(?<![A-Za-z0-9]) | (?![A-Za-z0-9])")
 
@@ -179,7 +248,8 @@ class Postprocessor:
     """
 
     def __init__(self, lang: str, sentencepiece_model: Optional[str] = None,
-                 truecased: Optional[bool] = None, detokenize: bool = True):
+                 truecased: Optional[bool] = None, detokenize: bool = True,
+                 truecasing: str = FIRST_WORD_TRUECASING):
         self.lang = check_language(lang)
         self._sentencepiece = None
         if sentencepiece_model is not None:
@@ -189,11 +259,16 @@ class Postprocessor:
 
             self._sentencepiece = sentencepiece.SentencePieceProcessor(model_file=sentencepiece_model)
         self.truecased = uses_truecasing(lang) if truecased is None else truecased
-        self._detruecaser = None
-        if self.truecased:
+        if truecasing not in TRUECASING:
+            raise DataError(f"unknown truecasing {truecasing!r}; known: {', '.join(TRUECASING)}")
+        self._detruecase = None
+        if self.truecased and truecasing == "moses":
             from sacremoses import MosesDetruecaser
 
-            self._detruecaser = MosesDetruecaser()
+            detruecaser = MosesDetruecaser()
+            self._detruecase = lambda text: detruecaser.detruecase(text, return_str=True)
+        elif self.truecased:
+            self._detruecase = capitalize_first_word
         self._detokenize = None
         if detokenize and lang in JIEBA_LANGUAGES:
             self._detokenize = detokenize_chinese
@@ -217,6 +292,7 @@ class Postprocessor:
             sentencepiece_model=os.path.join(prep_dir, model) if model else None,
             truecased=lang in prep.get("truecase_models", {}),
             detokenize=tokenizer in ("jieba", "moses"),
+            truecasing=truecasing_of(prep),
         )
 
     def decode_pieces(self, text: str) -> str:
@@ -226,11 +302,16 @@ class Postprocessor:
 
     def __call__(self, text: str) -> str:
         text = self.decode_pieces(text)
-        if self._detruecaser is not None:
-            text = self._detruecaser.detruecase(text, return_str=True)
+        if self._detruecase is not None:
+            text = self._detruecase(text)
         if self._detokenize is not None:
             text = self._detokenize(text)
         return text
+
+
+def truecasing_of(prep: dict) -> str:
+    """How a corpus was truecased: corpora prepared before ``first-word`` used Moses' truecaser."""
+    return prep.get("truecasing", "moses")
 
 
 def load_prep(prep_dir: str) -> dict:
@@ -239,8 +320,7 @@ def load_prep(prep_dir: str) -> dict:
     if not os.path.isfile(path):
         raise DataError(f"{path}: not found (is {prep_dir} a corpus written by rfa_doc_mt.data.prepare?)")
     try:
-        with open(path, encoding="utf-8") as handle:
-            prep = json.load(handle)
+        prep = json.loads(read_text(path))
     except json.JSONDecodeError as error:
         raise DataError(f"{path}:{error.lineno}: invalid JSON: {error.msg}")
     for key in ("source_lang", "target_lang", "tokenizers"):

@@ -7,13 +7,14 @@
   of ``{"src": str, "dst": [str, ...], "true_ind": int, "ctx_dist": int}``, each string four
   sentences joined by `` _eos ``; ``dst`` holds the candidate translations, ``true_ind``
   the correct one, ``ctx_dist`` how many sentences back the context that decides it lies.
+  The released ``ellipsis_infl`` and ``ellipsis_vp`` sets repeat a candidate in some examples:
+  the copies are one candidate (:func:`distinct_candidates`).
 """
 
 import json
-import os
 from typing import Callable, List, Sequence, Tuple
 
-from .io import DataError, atomic_write
+from .io import DataError, atomic_write, read_text, text_lines
 from .text import TextDocument, check_parallel_documents
 
 SENTENCE_SEPARATOR = "_eos"
@@ -45,18 +46,15 @@ def read_context_aware(source_path: str, target_path: str,
     """Both sides of a context-aware split: one document per line, ``line<n>`` named."""
     sides = []
     for path in (source_path, target_path):
-        if not os.path.isfile(path):
-            raise DataError(f"{path}: file not found")
         documents = []
-        with open(path, encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, start=1):
-                where = f"{path}:{line_number}"
-                sentences = split_sentences(line, where)
-                if len(sentences) != sentences_per_document:
-                    raise DataError(
-                        f"{where}: {len(sentences)} sentences joined by ' {SENTENCE_SEPARATOR} ', "
-                        f"expected {sentences_per_document}")
-                documents.append(TextDocument(f"line{line_number}", sentences, [line_number] * len(sentences)))
+        for line_number, line in text_lines(path):
+            where = f"{path}:{line_number}"
+            sentences = split_sentences(line, where)
+            if len(sentences) != sentences_per_document:
+                raise DataError(
+                    f"{where}: {len(sentences)} sentences joined by ' {SENTENCE_SEPARATOR} ', "
+                    f"expected {sentences_per_document}")
+            documents.append(TextDocument(f"line{line_number}", sentences, [line_number] * len(sentences)))
         if not documents:
             raise DataError(f"{path}: empty file")
         sides.append(documents)
@@ -66,11 +64,8 @@ def read_context_aware(source_path: str, target_path: str,
 
 def read_contrastive(path: str) -> List[dict]:
     """A contrastive JSON set, validated (see :func:`validate_contrastive`)."""
-    if not os.path.isfile(path):
-        raise DataError(f"{path}: file not found")
     try:
-        with open(path, encoding="utf-8") as handle:
-            examples = json.load(handle)
+        examples = json.loads(read_text(path))
     except json.JSONDecodeError as error:
         raise DataError(f"{path}:{error.lineno}: invalid JSON: {error.msg}")
     validate_contrastive(path, examples)
@@ -104,12 +99,30 @@ def validate_contrastive(path: str, examples) -> None:
                 raise DataError(
                     f"{where}: 'dst'[{candidate_index}] has {len(candidate_sentences)} sentences but 'src' has "
                     f"{len(source_sentences)}")
-        if len(set(candidates)) != len(candidates):
-            raise DataError(f"{where}: two candidates in 'dst' are identical")
         distance = example["ctx_dist"]
         if not isinstance(distance, int) or isinstance(distance, bool) or not 0 <= distance < len(source_sentences):
             raise DataError(
                 f"{where}: 'ctx_dist' {distance!r} is not a distance within its {len(source_sentences)} sentences")
+
+
+def distinct_candidates(example: dict) -> Tuple[List[str], int]:
+    """The example's distinct candidate texts (first occurrence order) and the index among them
+    of the true text: identical candidates are one candidate, scored once."""
+    texts: List[str] = []
+    for candidate in example["dst"]:
+        if candidate not in texts:
+            texts.append(candidate)
+    return texts, texts.index(example["dst"][example["true_ind"]])
+
+
+def count_repeats(examples: Sequence[dict]) -> Tuple[int, int]:
+    """(examples that repeat a candidate, examples left with a single distinct candidate)."""
+    repeating = single = 0
+    for example in examples:
+        distinct = len(distinct_candidates(example)[0])
+        repeating += distinct < len(example["dst"])
+        single += distinct < 2
+    return repeating, single
 
 
 def map_contrastive(examples: Sequence[dict], source_sentence: Callable[[str], str],

@@ -13,7 +13,7 @@ import re
 from typing import Dict, List, Sequence, Tuple
 from xml.parsers import expat
 
-from .io import DataError
+from .io import DataError, text_lines
 from .text import TextDocument, check_parallel_documents
 
 DEV_SETS = ("dev2010",)
@@ -126,21 +126,20 @@ def read_train_tags(path: str) -> List[TextDocument]:
                 raise DataError(f"{path}:{current.line_of(0)}: talk id {current.name!r} contains a tab")
             documents.append(TextDocument(current.name, list(current.sentences), list(current.line_numbers)))
 
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            stripped = line.strip()
-            if stripped.startswith("<"):
-                # the first metadata line after transcript lines opens the next talk
-                if current.sentences:
-                    finish()
-                    tags = {}
-                    current = TextDocument("", [], [])
-                match = _TAG_LINE.match(stripped)
-                if match:
-                    tags[match.group(1).lower()] = match.group(2).strip()
-            else:
-                current.sentences.append(" ".join(stripped.split()))
-                current.line_numbers.append(line_number)
+    for line_number, line in text_lines(path):
+        stripped = line.strip()
+        if stripped.startswith("<"):
+            # the first metadata line after transcript lines opens the next talk
+            if current.sentences:
+                finish()
+                tags = {}
+                current = TextDocument("", [], [])
+            match = _TAG_LINE.match(stripped)
+            if match:
+                tags[match.group(1).lower()] = match.group(2).strip()
+        else:
+            current.sentences.append(" ".join(stripped.split()))
+            current.line_numbers.append(line_number)
     finish()
     if not documents:
         raise DataError(f"{path}: no transcript lines")
@@ -195,6 +194,24 @@ def find_train_tags(wit3_dir: str, source_lang: str, target_lang: str) -> Tuple[
                     raise DataError(f"{path}: file not found (the other side of train.tags exists)")
             return source_path, target_path
     return "", ""
+
+
+def wit3_campaign(file_name: str) -> str:
+    """``IWSLT17.TED.tst2016.zh-en.zh.xml`` -> ``IWSLT17``."""
+    return os.path.basename(file_name).split(".", 1)[0]
+
+
+def describe_sets(set_names: Sequence[str], files: Sequence[str]) -> str:
+    """What a split read by :func:`read_wit3_sets` holds, by campaign: ``IWSLT15 dev2010``,
+    ``IWSLT17 tst2016+tst2017`` (``files``: two per set, source side first)."""
+    groups: List[Tuple[str, List[str]]] = []
+    for set_name, source_file in zip(set_names, files[::2]):
+        campaign = wit3_campaign(source_file)
+        if groups and groups[-1][0] == campaign:
+            groups[-1][1].append(set_name)
+        else:
+            groups.append((campaign, [set_name]))
+    return " + ".join(f"{campaign} {'+'.join(names)}" for campaign, names in groups)
 
 
 def read_wit3_sets(wit3_dir: str, set_names: Sequence[str], source_lang: str, target_lang: str):

@@ -8,15 +8,26 @@ Moses tokenization) and writes, atomically::
     PREFIX.hyp   one translation per current sentence, in document order
     PREFIX.docs  their document boundaries
     PREFIX.ref   the matching references, when the data directory has {split}.ref.{lang}
+
+and, given the checkpoint (``--checkpoint``, as scripts/decode.sh does), last of all::
+
+    PREFIX.decode.json  where PREFIX.hyp came from: the checkpoint (path, size, time), the
+                        generate log and the hypotheses (SHA-256)
+
+which ``--verify PREFIX`` (and scripts/score.sh) checks before scoring, so that hypotheses left
+by an earlier run, or made from another checkpoint, are never scored as new.
 """
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import sys
-from typing import Dict, List
+from typing import Dict, List, Optional
 
-from ..data.io import DataError, Document, read_docs, read_lines, write_docs, write_lines
+from ..data.io import (DataError, Document, atomic_write, read_docs, read_lines, read_text, text_lines,
+                       write_docs, write_lines)
 
 HYPOTHESIS_LINE = re.compile(r"^H-(\d+)\t(\S+)\t?(.*)$")
 
@@ -24,11 +35,10 @@ HYPOTHESIS_LINE = re.compile(r"^H-(\d+)\t(\S+)\t?(.*)$")
 def read_hypotheses(path: str) -> Dict[int, str]:
     """{window id: hypothesis tokens} from a fairseq-generate log (first H line per id)."""
     hypotheses: Dict[int, str] = {}
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            match = HYPOTHESIS_LINE.match(line.rstrip("\n"))
-            if match:
-                hypotheses.setdefault(int(match.group(1)), match.group(3).strip())
+    for _, line in text_lines(path):
+        match = HYPOTHESIS_LINE.match(line)
+        if match:
+            hypotheses.setdefault(int(match.group(1)), match.group(3).strip())
     if not hypotheses:
         raise DataError(f"{path}: no hypothesis lines (H-<id>); is it fairseq-generate's output?")
     return hypotheses
@@ -74,16 +84,89 @@ def collect(generate_output: str, data_dir: str, split: str, target_lang: str, o
     return len(translations)
 
 
+def sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def checkpoint_identity(path: str) -> dict:
+    """What tells one checkpoint file from a later one written to the same path."""
+    status = os.stat(path)
+    return {"checkpoint": os.path.abspath(path), "checkpoint_size": status.st_size,
+            "checkpoint_mtime_ns": status.st_mtime_ns}
+
+
+def write_provenance(out_prefix: str, checkpoint: str, generate_output: str, data_dir: str, split: str) -> None:
+    """``PREFIX.decode.json``: which checkpoint and generate log ``PREFIX.hyp`` came from."""
+    # the log relative to the outputs, so that the folder may be moved
+    generate_log = os.path.relpath(os.path.abspath(generate_output), os.path.dirname(os.path.abspath(out_prefix)))
+    record = dict(checkpoint_identity(checkpoint), generate_log=generate_log,
+                  generate_log_sha256=sha256(generate_output), hyp_sha256=sha256(out_prefix + ".hyp"),
+                  data=os.path.abspath(data_dir), split=split)
+    with atomic_write(out_prefix + ".decode.json") as handle:
+        json.dump(record, handle, indent=2)
+        handle.write("\n")
+
+
+def verify_decoded(out_prefix: str, checkpoint: Optional[str] = None) -> dict:
+    """Stop unless ``PREFIX.hyp`` is the finished result of its generate log and checkpoint
+    (``checkpoint`` when given: that one). Returns ``PREFIX.decode.json``'s record."""
+    record_path, hyp = out_prefix + ".decode.json", out_prefix + ".hyp"
+    again = "decode again (scripts/decode.sh)"
+    if not os.path.isfile(record_path):
+        raise DataError(f"{record_path}: not found, so {hyp} is not the result of a decode that finished "
+                        f"(scripts/decode.sh writes it last); {again}")
+    record = json.loads(read_text(record_path))
+    generate_log = os.path.join(os.path.dirname(os.path.abspath(out_prefix)), record["generate_log"])
+    for path in (hyp, generate_log):
+        if not os.path.isfile(path):
+            raise DataError(f"{path}: not found (named by {record_path}); {again}")
+    if os.path.getmtime(hyp) < os.path.getmtime(generate_log):
+        raise DataError(f"{hyp} is older than {generate_log}, so it was not made from it; {again}")
+    if sha256(generate_log) != record["generate_log_sha256"]:
+        raise DataError(f"{generate_log} is not the generate log {hyp} was made from ({record_path}); {again}")
+    if sha256(hyp) != record["hyp_sha256"]:
+        raise DataError(f"{hyp} was changed after decoding ({record_path}); {again}")
+    decoded_with = record["checkpoint"]
+    if checkpoint is not None and not (os.path.exists(checkpoint) and os.path.exists(decoded_with)
+                                       and os.path.samefile(checkpoint, decoded_with)):
+        raise DataError(f"{hyp} was decoded with {decoded_with}, not with {checkpoint}; {again}")
+    if os.path.isfile(decoded_with):
+        now = checkpoint_identity(decoded_with)
+        if (now["checkpoint_size"], now["checkpoint_mtime_ns"]) != (record["checkpoint_size"],
+                                                                    record["checkpoint_mtime_ns"]):
+            raise DataError(f"{decoded_with} has been written again since {hyp} was decoded with it "
+                            f"(training went on?): the hypotheses are from the checkpoint before; {again}")
+    return record
+
+
 def main(argv: List[str] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("generate_output", help="fairseq-generate's stdout")
-    parser.add_argument("--data", required=True, help="the binarized data directory")
+    parser.add_argument("generate_output", nargs="?", help="fairseq-generate's stdout")
+    parser.add_argument("--data", help="the binarized data directory")
     parser.add_argument("--split", default="test")
-    parser.add_argument("--target-lang", required=True)
+    parser.add_argument("--target-lang")
     parser.add_argument("--fixed-window", action="store_true", help="the task ran with --fixed-window")
-    parser.add_argument("--out", required=True, help="output prefix")
+    parser.add_argument("--out", help="output prefix")
+    parser.add_argument("--checkpoint", help="the checkpoint decoded: recorded in PREFIX.decode.json (with --out), "
+                                             "or required to be the one recorded (with --verify)")
+    parser.add_argument("--verify", metavar="PREFIX",
+                        help="only check that PREFIX.hyp is the finished result of its generate log and checkpoint")
     args = parser.parse_args(argv)
+    if args.verify:
+        record = verify_decoded(args.verify, args.checkpoint)
+        print(f"{args.verify}.hyp: decoded from {record['checkpoint']}")
+        return
+    missing = [option for option, value in (("generate_output", args.generate_output), ("--data", args.data),
+                                            ("--target-lang", args.target_lang), ("--out", args.out)) if not value]
+    if missing:
+        parser.error(f"missing {', '.join(missing)}")
     count = collect(args.generate_output, args.data, args.split, args.target_lang, args.out, args.fixed_window)
+    if args.checkpoint:
+        write_provenance(args.out, args.checkpoint, args.generate_output, args.data, args.split)
     print(f"wrote {count} translations to {args.out}.hyp")
 
 

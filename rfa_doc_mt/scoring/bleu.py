@@ -53,12 +53,27 @@ def sentence_and_document_bleu(hypotheses: Sequence[str], references: Sequence[s
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description="s-BLEU and d-BLEU of document translations (sacrebleu)")
-    parser.add_argument("--hyp", required=True, help="translations, one sentence per line, in document order")
-    parser.add_argument("--ref", required=True, help="references, aligned with --hyp")
-    parser.add_argument("--docs", required=True, help="document boundaries of --hyp (.docs file)")
+    parser.add_argument("--decoded", metavar="PREFIX",
+                        help="score PREFIX.hyp/.ref/.docs written by scripts/decode.sh, after checking that they "
+                             "are the finished result of PREFIX.generate.log and its checkpoint (PREFIX.decode.json)")
+    parser.add_argument("--checkpoint", help="with --decoded: require PREFIX.hyp to be decoded with this checkpoint")
+    parser.add_argument("--hyp", help="translations, one sentence per line, in document order")
+    parser.add_argument("--ref", help="references, aligned with --hyp")
+    parser.add_argument("--docs", help="document boundaries of --hyp (.docs file)")
     parser.add_argument("--tokenize", default="13a", help="sacrebleu tokenizer (zh for Chinese targets)")
     parser.add_argument("--json", help="also write the scores here")
     args = parser.parse_args(argv)
+    if args.decoded:
+        from ..generation.collect import verify_decoded
+
+        verify_decoded(args.decoded, args.checkpoint)
+        for name in ("hyp", "ref", "docs"):
+            setattr(args, name, getattr(args, name) or f"{args.decoded}.{name}")
+    elif args.checkpoint:
+        parser.error("--checkpoint goes with --decoded")
+    missing = [f"--{name}" for name in ("hyp", "ref", "docs") if not getattr(args, name)]
+    if missing:
+        parser.error(f"give --decoded PREFIX, or {', '.join(missing)}")
     hypotheses, references = read_lines(args.hyp), read_lines(args.ref)
     if len(hypotheses) != len(references):
         raise DataError(f"{args.hyp} has {len(hypotheses)} lines but {args.ref} has {len(references)}")

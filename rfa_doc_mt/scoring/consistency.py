@@ -10,7 +10,11 @@ lowest loss (ties count as wrong). The model sees as much context as it was trai
 (the last ``--context-size`` + 1 sentences of each side).
 
 Accuracy is reported per phenomenon (one JSON file each) and per ``ctx_dist``, beside the
-random baseline of the same file: the mean over examples of 1 / number of candidates.
+random baseline of the same file: the mean over examples of 1 / number of distinct candidates.
+
+Identical candidates (Voita et al.'s released ellipsis sets repeat one in some examples) are one
+candidate: scored once, right when the true text has the lowest loss whichever copy
+``true_ind`` names; an example left with a single distinct candidate is skipped and counted.
 """
 
 import argparse
@@ -18,13 +22,13 @@ import json
 import os
 import sys
 from collections import defaultdict
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from fairseq.data import data_utils
 
-from ..data.io import DataError, atomic_write
-from ..data.voita import read_contrastive, split_sentences
+from ..data.io import DataError, atomic_write, read_text
+from ..data.voita import distinct_candidates, read_contrastive, split_sentences
 from ..data.windows import current_sentence_mask, join_window
 
 def phenomenon_name(path: str) -> str:
@@ -36,26 +40,45 @@ def phenomenon_name(path: str) -> str:
 
 
 def accuracy_report(examples: Sequence[dict], losses: Sequence[Sequence[float]]) -> dict:
-    """Accuracy overall and per ``ctx_dist``, with the random baseline, from candidate losses."""
+    """Accuracy overall and per ``ctx_dist``, with the random baseline, from candidate losses.
+
+    Identical candidates are one candidate (they get identical losses): an example is right when
+    the true text has the lowest loss of its distinct texts, whichever of its copies
+    ``true_ind`` names. An example with a single distinct text is skipped (``skipped``)."""
     if len(examples) != len(losses):
         raise ValueError(f"{len(examples)} examples but {len(losses)} loss lists")
     correct_by_distance: Dict[int, List[int]] = defaultdict(list)
     correct, random_baseline = [], []
+    repeating = skipped = 0
     for example, candidate_losses in zip(examples, losses):
         if len(candidate_losses) != len(example["dst"]):
             raise ValueError("one loss per candidate expected")
-        best = min(range(len(candidate_losses)), key=lambda k: candidate_losses[k])
-        unique_best = sum(1 for loss in candidate_losses if loss == candidate_losses[best]) == 1
-        hit = int(unique_best and best == example["true_ind"])
+        texts, true_index = distinct_candidates(example)
+        repeating += len(texts) < len(example["dst"])
+        if len(texts) < 2:
+            skipped += 1
+            continue
+        loss_of_text = {}
+        for text, loss in zip(example["dst"], candidate_losses):
+            if loss_of_text.setdefault(text, loss) != loss:
+                raise ValueError(f"identical candidates with different losses: {text!r}")
+        distinct_losses = [loss_of_text[text] for text in texts]
+        best = min(range(len(texts)), key=lambda k: distinct_losses[k])
+        unique_best = distinct_losses.count(distinct_losses[best]) == 1
+        hit = int(unique_best and best == true_index)
         correct.append(hit)
         correct_by_distance[int(example.get("ctx_dist", -1))].append(hit)
-        random_baseline.append(1.0 / len(example["dst"]))
+        random_baseline.append(1.0 / len(texts))
+    if not correct:
+        raise DataError(f"none of its {len(examples)} examples has two distinct candidates")
     return {
         "examples": len(correct),
         "accuracy": 100.0 * sum(correct) / len(correct),
         "random": 100.0 * sum(random_baseline) / len(random_baseline),
         "by_ctx_dist": {str(d): {"examples": len(hits), "accuracy": 100.0 * sum(hits) / len(hits)}
                         for d, hits in sorted(correct_by_distance.items())},
+        "repeated_candidates": repeating,
+        "skipped": skipped,
     }
 
 
@@ -66,6 +89,7 @@ def pooled_report(reports: Dict[str, dict]) -> dict:
         "examples": examples,
         "accuracy": sum(r["accuracy"] * r["examples"] for r in reports.values()) / examples,
         "random": sum(r["random"] * r["examples"] for r in reports.values()) / examples,
+        "skipped": sum(r.get("skipped", 0) for r in reports.values()),
     }
 
 
@@ -125,25 +149,33 @@ class CandidateScorer:
         return result
 
     def score_examples(self, examples: Sequence[dict]) -> List[List[float]]:
-        pairs = [(e["src"], candidate) for e in examples for candidate in e["dst"]]
-        flat = self.losses(pairs)
+        """One loss per candidate; each distinct candidate text is scored once, its copies
+        get the same loss."""
+        texts = [distinct_candidates(e)[0] for e in examples]
+        flat = self.losses([(e["src"], text) for e, distinct in zip(examples, texts) for text in distinct])
         losses, k = [], 0
-        for example in examples:
-            losses.append(flat[k:k + len(example["dst"])])
-            k += len(example["dst"])
+        for example, distinct in zip(examples, texts):
+            loss_of_text = dict(zip(distinct, flat[k:k + len(distinct)]))
+            losses.append([loss_of_text[candidate] for candidate in example["dst"]])
+            k += len(distinct)
         return losses
 
 
-def contrastive_files(paths: Sequence[str]) -> List[str]:
-    """Expand directories written by ``prepare consistency`` into the sets they list."""
+def contrastive_files(paths: Sequence[str], languages: Optional[Tuple[str, str]] = None) -> List[str]:
+    """Expand directories written by ``prepare consistency`` into the sets they list; stop when
+    a directory's sets were prepared for other ``languages`` (source, target) than the model's."""
     files = []
     for path in paths:
         if os.path.isdir(path):
-            manifest = os.path.join(path, "consistency.json")
-            if not os.path.isfile(manifest):
-                raise DataError(f"{manifest}: not found (is {path} written by `prepare consistency`?)")
-            with open(manifest, encoding="utf-8") as handle:
-                files += [os.path.join(path, name) for name in sorted(json.load(handle)["sets"])]
+            manifest_path = os.path.join(path, "consistency.json")
+            if not os.path.isfile(manifest_path):
+                raise DataError(f"{manifest_path}: not found (is {path} written by `prepare consistency`?)")
+            manifest = json.loads(read_text(manifest_path))
+            prepared_for = (manifest.get("source_lang"), manifest.get("target_lang"))
+            if languages and None not in (*prepared_for, *languages) and prepared_for != tuple(languages):
+                raise DataError(f"{manifest_path}: these sets were prepared for {prepared_for[0]} -> "
+                                f"{prepared_for[1]}, but the model translates {languages[0]} -> {languages[1]}")
+            files += [os.path.join(path, name) for name in sorted(manifest["sets"])]
         else:
             files.append(path)
     return files
@@ -154,6 +186,11 @@ def format_table(reports: Dict[str, dict]) -> str:
     for name, report in reports.items():
         distances = " ".join(f"{d}:{r['accuracy']:.1f}" for d, r in report.get("by_ctx_dist", {}).items())
         lines.append(f"| {name} | {report['examples']} | {report['accuracy']:.1f} | {report['random']:.1f} | {distances} |")
+    for name, report in reports.items():
+        if report.get("repeated_candidates"):
+            lines.append(f"{name}: {report['repeated_candidates']} examples repeat a candidate (copies scored once)")
+        if report.get("skipped") and name != "pooled":
+            lines.append(f"{name}: {report['skipped']} examples skipped (a single distinct candidate)")
     return "\n".join(lines)
 
 
@@ -169,6 +206,15 @@ def main(argv=None) -> dict:
     parser.add_argument("--json", help="write the report here")
     args = parser.parse_args(argv)
 
+    # fairseq would stop with a traceback (OSError / FileNotFoundError) on these
+    if not os.path.isfile(args.path):
+        raise DataError(f"{args.path}: checkpoint not found")
+    if not os.path.isdir(args.data):
+        raise DataError(f"{args.data}: data directory not found")
+    for path in args.sets:
+        if not os.path.exists(path):
+            raise DataError(f"{path}: contrastive set not found")
+
     from fairseq import checkpoint_utils
 
     import rfa_doc_mt  # noqa: F401  (registers the task and models)
@@ -179,9 +225,12 @@ def main(argv=None) -> dict:
         model = model.cuda()
     scorer = CandidateScorer(model, task, args.batch_size)
     reports = {}
-    for path in contrastive_files(args.sets):
+    for path in contrastive_files(args.sets, (task.cfg.source_lang, task.cfg.target_lang)):
         examples = read_contrastive(path)
-        reports[phenomenon_name(path)] = accuracy_report(examples, scorer.score_examples(examples))
+        try:
+            reports[phenomenon_name(path)] = accuracy_report(examples, scorer.score_examples(examples))
+        except DataError as error:
+            raise DataError(f"{path}: {error}") from None
     reports["pooled"] = pooled_report(reports)
     print(format_table(reports))
     if args.json:
