@@ -50,6 +50,7 @@ def assert_fp32_close(actual: torch.Tensor, expected: torch.Tensor, terms: int, 
     """Assert ``|actual - expected| <= fp32_tolerance(terms, magnitude)`` everywhere; returns the
     largest difference. ``magnitude`` defaults to the largest |expected|."""
     actual, expected = actual.detach().double(), expected.detach().double()
+    assert torch.isfinite(expected).all() and torch.isfinite(actual).all(), f"{name}: values that are not finite"
     if magnitude is None:
         magnitude = expected.abs().max().item() if expected.numel() else 0.0
     bound = fp32_tolerance(terms, magnitude)
