@@ -32,6 +32,7 @@ numbers beside ours, the machine and the command), plus a PNG where the paper ha
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -46,10 +47,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_WIT3 = os.path.join(ROOT, "..", "shared", "data", "iwslt15-zh-en")
 EMBEDDED = "embedded"
 
-# Updates per system on the embedded corpus (environment variables read by configs/demo). The
-# demo's 600 for most systems; LSH (about 2.5x slower per update here) and the memory
-# fine-tuning get fewer so that `reproduce all` fits in an hour on two cores.
-EMBEDDED_UPDATES = {"DEMO_MAX_UPDATE": "600", "DEMO_LSH_MAX_UPDATE": "300", "DEMO_MEMORY_MAX_UPDATE": "200"}
+# Updates per system on the embedded corpus: the same for every system of every table (the
+# memory model's two stages together), enough for the transformer L=4's validation loss to have
+# flattened: trained for 2000 updates, its validation loss was 1.379 at 600, 1.360 at 1000 and
+# 1.345 at 2000 (README: its learning curve). --budget N runs shorter, and its tables say so.
+FULL_BUDGET = 1000
+# The memory model (paper 004) is fine-tuned from a sentence-level transformer: stage 1 gets
+# 3/4 of the budget, the fine-tuning 1/4, so that both stages together match the other systems.
+MEMORY_FINETUNE_SHARE = 0.25
+# Validations per run, at the same updates for every system: learning curves, and checkpoint
+# selection (checkpoint_best.pt) among the same points.
+VALIDATIONS_PER_RUN = 16
 # --smoke: a tiny corpus and a few updates, to test the machinery end to end
 SMOKE_CORPUS = ["--train-documents", "40", "--valid-documents", "4", "--test-documents", "6",
                 "--contrastive-pairs", "10", "--workers", "1"]
@@ -66,21 +74,38 @@ def log(message: str) -> None:
 
 @dataclass(frozen=True)
 class System:
-    """One trained model: ``config`` (relative to the project root) run by run_system.sh."""
+    """One trained model: ``config`` (relative to the project root) run by run_system.sh.
+
+    ``starts_from``: the key of the system it is fine-tuned from. ``share``: its part of the
+    embedded budget (the memory model's stage 1 and 2 together make one budget). ``name``: its
+    run directory when the config alone does not tell it (a stage-1 run of a shared config)."""
 
     label: str
     config: str
-    starts_from: Optional[str] = None  # config of the model it is fine-tuned from
+    starts_from: Optional[str] = None
+    share: float = 1.0
+    name: Optional[str] = None
 
     @property
     def key(self) -> str:
         """Its run directory under OUT/runs: the config path without configs/ and .sh."""
+        if self.name:
+            return self.name
         path = self.config[len("configs/"):] if self.config.startswith("configs/") else self.config
         return path[:-3].replace("/", "-") if path.endswith(".sh") else path.replace("/", "-")
 
+    def updates(self, budget: int) -> int:
+        return max(1, int(round(budget * self.share)))
 
-def demo(name: str, label: str, starts_from: Optional[str] = None) -> System:
-    return System(label, f"configs/demo/{name}.sh", f"configs/demo/{starts_from}.sh" if starts_from else None)
+
+def demo(name: str, label: str, starts_from: Optional[System] = None, share: float = 1.0,
+         run_name: Optional[str] = None) -> System:
+    return System(label, f"configs/demo/{name}.sh", starts_from.key if starts_from else None, share, run_name)
+
+
+# stage 1 of the embedded memory model: the L=1 transformer, trained for its share of the budget
+MEMORY_STAGE1 = demo("transformer_L1", "sentence-level transformer, stage 1 of the memory model",
+                     share=1 - MEMORY_FINETUNE_SHARE, run_name="demo-transformer_L1-memory_stage1")
 
 
 @dataclass
@@ -141,10 +166,15 @@ def read_json(path: str) -> dict:
         return json.load(handle)
 
 
-def system_results(run_dir: str) -> dict:
+def system_results(run_dir: str, parent_dir: Optional[str] = None) -> dict:
+    """Scores, updates trained and learning curve of a finished run (``parent_dir``: the run it
+    was fine-tuned from, whose updates and curve come first)."""
     bleu = read_json(os.path.join(run_dir, "test.bleu.json"))
     result = {"s_bleu": bleu["s_bleu"]["score"], "d_bleu": bleu["d_bleu"]["score"],
-              "bleu_signature": bleu["s_bleu"]["signature"]}
+              "bleu_signature": bleu["s_bleu"]["signature"], "updates": trained_updates(run_dir),
+              "curve": learning_curve(run_dir)}
+    if parent_dir is not None:
+        result["stage1_updates"], result["stage1_curve"] = trained_updates(parent_dir), learning_curve(parent_dir)
     consistency_path = os.path.join(run_dir, "consistency.json")
     if os.path.isfile(consistency_path):
         result["consistency"] = {name: {"accuracy": value["accuracy"], "random": value["random"],
@@ -153,8 +183,52 @@ def system_results(run_dir: str) -> dict:
     return result
 
 
+VALID_LINE = re.compile(r"valid on '(?P<subset>[^']+)' subset \| loss (?P<loss>[-0-9.]+) .*?\| num_updates (?P<updates>\d+)")
+UPDATES = re.compile(r"num_updates[ =](\d+)")
+
+
+def learning_curve(run_dir: str) -> List[Tuple[int, float]]:
+    """[(updates, validation loss)] from a run's train.log (fairseq's 'valid on' lines), in order;
+    a resumed run's repeated points are kept once."""
+    path = os.path.join(run_dir, "train.log")
+    points: Dict[int, float] = {}
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                match = VALID_LINE.search(line)
+                if match and match["subset"] == "valid":
+                    points[int(match["updates"])] = float(match["loss"])
+    return sorted(points.items())
+
+
+def trained_updates(run_dir: str) -> Optional[int]:
+    """The number of updates the run trained (the last num_updates its train.log shows)."""
+    path = os.path.join(run_dir, "train.log")
+    last = None
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                found = UPDATES.findall(line)
+                if found:
+                    last = int(found[-1])
+    return last
+
+
 def pooled(result: dict) -> Optional[float]:
     return result.get("consistency", {}).get("pooled", {}).get("accuracy")
+
+
+def updates_cell(result: dict) -> str:
+    """Updates the row's model trained: "K + F" for a model fine-tuned (F) from a K-update model."""
+    own = fmt(result.get("updates"), 0) if result.get("updates") is not None else "?"
+    if "stage1_updates" in result:
+        stage1 = result["stage1_updates"]
+        return f"{stage1 if stage1 is not None else '?'} + {own}"
+    return own
+
+
+def updates_json(result: dict) -> dict:
+    return {"updates": result.get("updates"), "stage1_updates": result.get("stage1_updates")}
 
 
 # ---------------------------------------------------------------------------------------
@@ -167,13 +241,13 @@ def table_rfa_table1(context) -> Tuple[str, list]:
         result = context.results[system.key]
         iwslt, subtitles = PAPER_RFA_TABLE1[row_id]
         window = row_id.rsplit("_L", 1)[1]
-        rows.append([system.label, window, fmt(result["s_bleu"]), fmt(result["d_bleu"]), fmt(iwslt, 1),
-                     fmt(subtitles, 1)])
+        rows.append([system.label, window, updates_cell(result), fmt(result["s_bleu"]), fmt(result["d_bleu"]),
+                     fmt(iwslt, 1), fmt(subtitles, 1)])
         json_rows.append({"row": row_id, "system": system.label, "config": system.config, "L": int(window),
-                          "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"],
+                          "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"], **updates_json(result),
                           "paper_bleu": {"iwslt15_zh_en": iwslt, "opensubtitles_en_ru": subtitles}})
-    table = markdown(["system", "L", "s-BLEU (ours)", "d-BLEU (ours)", "paper IWSLT", "paper OpenSubtitles"],
-                     rows, right_from=1)
+    table = markdown(["system", "L", "updates", "s-BLEU (ours)", "d-BLEU (ours)", "paper IWSLT",
+                      "paper OpenSubtitles"], rows, right_from=1)
     return table, json_rows
 
 
@@ -184,12 +258,13 @@ def table_rfa_figure3(context) -> Tuple[str, list]:
     phenomena = [p for p in first["consistency"] if p != "pooled"] + ["pooled"]
     rows, json_rows = [], []
     for row_id, system in context.systems:
-        consistency = context.results[system.key]["consistency"]
-        rows.append([system.label] + [fmt(consistency[p]["accuracy"], 1) for p in phenomena])
-        json_rows.append({"row": row_id, "system": system.label, "config": system.config,
+        result = context.results[system.key]
+        consistency = result["consistency"]
+        rows.append([system.label, updates_cell(result)] + [fmt(consistency[p]["accuracy"], 1) for p in phenomena])
+        json_rows.append({"row": row_id, "system": system.label, "config": system.config, **updates_json(result),
                           "accuracy": {p: consistency[p]["accuracy"] for p in phenomena}})
-    rows.append(["random"] + [fmt(first["consistency"][p]["random"], 1) for p in phenomena])
-    table = markdown(["system"] + phenomena, rows)
+    rows.append(["random", "—"] + [fmt(first["consistency"][p]["random"], 1) for p in phenomena])
+    table = markdown(["system", "updates"] + phenomena, rows)
     context.plot = figure3_plot(context.systems, context.results, phenomena, context.png_path)
     return table, json_rows
 
@@ -222,6 +297,45 @@ def figure3_plot(systems, results, phenomena, path) -> str:
         axis.set_xticks(sorted({w for m in families.values() for w, _ in m}))
     axes[0].set_ylabel("contrastive accuracy (%)")
     axes[-1].legend(fontsize="small")
+    figure.tight_layout()
+    save_figure(figure, path)
+    return path
+
+
+def curves_plot(systems, results, path: str, title: str) -> str:
+    """Validation loss against updates for the systems of one table (from their train.log): so
+    that a system slower to learn can be told from one that is worse. A fine-tuned model's curve
+    follows its stage 1 (drawn once, dotted)."""
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .bench.common import save_figure
+
+    figure, axis = plt.subplots(figsize=(7, 4.2))
+    drawn, stage1_drawn = set(), False
+    for _, system in systems:
+        if system.key in drawn:
+            continue
+        drawn.add(system.key)
+        result = results[system.key]
+        curve = result["curve"]
+        if "stage1_curve" in result:
+            offset = result["stage1_updates"] or 0
+            if not stage1_drawn and result["stage1_curve"]:
+                axis.plot(*zip(*result["stage1_curve"]), ":", color="grey", label="stage 1 (sentence-level)")
+                stage1_drawn = True
+            curve = [(updates + offset, loss) for updates, loss in curve]
+        if curve:
+            axis.plot(*zip(*curve), marker=".", label=system.label)
+    axis.set_xlabel("updates")
+    axis.set_ylabel("validation loss (label-smoothed cross-entropy)")
+    axis.set_title(title, fontsize=9)
+    axis.legend(fontsize="x-small")
     figure.tight_layout()
     save_figure(figure, path)
     return path
@@ -266,10 +380,11 @@ def table_lsh_table2(context) -> Tuple[str, list]:
         k = int(k)
         result = context.results[system.key]
         paper_bleu, paper_contrapro, paper_memory = PAPER_LSH_TABLE2[(attention, k)]
-        rows.append([LSH_ATTENTIONS[attention], str(k), fmt(result["s_bleu"]), fmt(result["d_bleu"]),
-                     fmt(pooled(result), 1), fmt(memory.get((attention, k)), 0), fmt(paper_bleu, 1),
-                     fmt(paper_contrapro, 1), fmt(paper_memory, 1)])
+        rows.append([LSH_ATTENTIONS[attention], str(k), updates_cell(result), fmt(result["s_bleu"]),
+                     fmt(result["d_bleu"]), fmt(pooled(result), 1), fmt(memory.get((attention, k)), 0),
+                     fmt(paper_bleu, 1), fmt(paper_contrapro, 1), fmt(paper_memory, 1)])
         json_rows.append({"row": row_id, "attention": attention, "context_size": k, "config": system.config,
+                          **updates_json(result),
                           "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"],
                           "pooled_consistency": pooled(result), "step_memory_mb": memory.get((attention, k)),
                           "paper": {"iwslt_en_de_bleu": paper_bleu, "contrapro": paper_contrapro,
@@ -280,10 +395,10 @@ def table_lsh_table2(context) -> Tuple[str, list]:
         if (attention, k) in trained:
             continue
         paper_bleu, paper_contrapro, paper_memory = PAPER_LSH_TABLE2.get((attention, k), (None, None, None))
-        rows.append([LSH_ATTENTIONS[attention], str(k), "—", "—", "—", fmt(mb, 0), fmt(paper_bleu, 1),
+        rows.append([LSH_ATTENTIONS[attention], str(k), "—", "—", "—", "—", fmt(mb, 0), fmt(paper_bleu, 1),
                      fmt(paper_contrapro, 1), fmt(paper_memory, 1)])
         json_rows.append({"attention": attention, "context_size": k, "step_memory_mb": mb, "trained": False})
-    table = markdown(["attention", "context k", "s-BLEU", "d-BLEU", "consistency (pooled)",
+    table = markdown(["attention", "context k", "updates", "s-BLEU", "d-BLEU", "consistency (pooled)",
                       "step memory MB", "paper BLEU", "paper ContraPro", "paper peak GB"], rows, right_from=1)
     if context.bench is not None:
         settings = context.bench["settings"]
@@ -314,12 +429,12 @@ def table_memory_table1(context) -> Tuple[str, list]:
         result = context.results[system.key]
         if row_id in ("baseline", "memory"):
             paper = PAPER_MEMORY_TABLE1[row_id]
-            rows.append([system.label, fmt(result["s_bleu"]), fmt(result["d_bleu"]), fmt(pooled(result), 1),
-                         fmt(paper[0]), fmt(paper[1])])
+            rows.append([system.label, updates_cell(result), fmt(result["s_bleu"]), fmt(result["d_bleu"]),
+                         fmt(pooled(result), 1), fmt(paper[0]), fmt(paper[1])])
             json_rows.append({"table": 1, "row": row_id, "system": system.label, "config": system.config,
-                              "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"],
+                              "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"], **updates_json(result),
                               "pooled_consistency": pooled(result), "paper_ted": paper})
-    table1 = markdown(["system", "s-BLEU", "d-BLEU", "consistency (pooled)", "paper TED s-BLEU",
+    table1 = markdown(["system", "updates", "s-BLEU", "d-BLEU", "consistency (pooled)", "paper TED s-BLEU",
                        "paper TED d-BLEU"], rows)
     rows3 = []
     for row_id, system in context.systems:
@@ -328,12 +443,12 @@ def table_memory_table1(context) -> Tuple[str, list]:
         result = context.results[system.key]
         label, paper_row = MEMORY_ROWS[row_id]
         paper = PAPER_MEMORY_TABLE3.get(paper_row, (None, None))
-        rows3.append([label, fmt(result["s_bleu"]), fmt(result["d_bleu"]), fmt(pooled(result), 1),
-                      paper_row or "—", fmt(paper[0]), fmt(paper[1])])
+        rows3.append([label, updates_cell(result), fmt(result["s_bleu"]), fmt(result["d_bleu"]),
+                      fmt(pooled(result), 1), paper_row or "—", fmt(paper[0]), fmt(paper[1])])
         json_rows.append({"table": 3, "row": row_id, "system": label, "config": system.config,
-                          "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"],
+                          "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"], **updates_json(result),
                           "pooled_consistency": pooled(result), "paper_row": paper_row, "paper_ted": paper})
-    table3 = markdown(["memory", "s-BLEU", "d-BLEU", "consistency (pooled)", "paper row", "paper s-BLEU",
+    table3 = markdown(["memory", "updates", "s-BLEU", "d-BLEU", "consistency (pooled)", "paper row", "paper s-BLEU",
                        "paper d-BLEU"], rows3)
     return f"Table 1\n\n{table1}\n\nTable 3 (memory side and layers)\n\n{table3}", json_rows
 
@@ -342,12 +457,13 @@ def table_lstm(context) -> Tuple[str, list]:
     rows, json_rows = [], []
     for row_id, system in context.systems:
         result = context.results[system.key]
-        rows.append([system.label, fmt(result["s_bleu"]), fmt(result["d_bleu"]), fmt(pooled(result), 1)])
+        rows.append([system.label, updates_cell(result), fmt(result["s_bleu"]), fmt(result["d_bleu"]),
+                     fmt(pooled(result), 1)])
         json_rows.append({"row": row_id, "system": system.label, "config": system.config,
-                          "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"],
+                          "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"], **updates_json(result),
                           "pooled_consistency": pooled(result)})
     context.notes.append("Paper 002's supplement gives translation examples, not scores: no paper column.")
-    return markdown(["system", "s-BLEU", "d-BLEU", "consistency (pooled)"], rows), json_rows
+    return markdown(["system", "updates", "s-BLEU", "d-BLEU", "consistency (pooled)"], rows), json_rows
 
 
 # ---------------------------------------------------------------------------------------
@@ -397,20 +513,21 @@ def lsh_systems(embedded: bool) -> List[Tuple[str, System]]:
 
 def memory_systems(embedded: bool) -> List[Tuple[str, System]]:
     if embedded:
-        base = "transformer_L1"
-        return [("baseline", demo(base, "sentence-level transformer (L=1)")),
-                ("memory", demo("memory_L1", "memory, fine-tuned from it", base)),
-                ("both_lower", demo("memory_both_0", "memory, lower layer", base)),
-                ("both_all", demo("memory_both_01", "memory, every layer", base)),
-                ("both_top", demo("memory_L1", "memory, fine-tuned from it", base)),
-                ("source_top", demo("memory_source_1", "memory, source side", base)),
-                ("target_top", demo("memory_target_1", "memory, target side", base))]
-    base = "configs/memory/baseline.sh"
-    rows = [("baseline", System("sentence-level transformer", base)),
-            ("memory", System("memory, fine-tuned from it", "configs/memory/both_5.sh", base))]
+        def fine_tuned(name, label):
+            return demo(name, label, MEMORY_STAGE1, MEMORY_FINETUNE_SHARE)
+        return [("baseline", demo("transformer_L1", "sentence-level transformer (L=1)")),
+                ("memory", fine_tuned("memory_L1", "memory, fine-tuned from it")),
+                ("both_lower", fine_tuned("memory_both_0", "memory, lower layer")),
+                ("both_all", fine_tuned("memory_both_01", "memory, every layer")),
+                ("both_top", fine_tuned("memory_L1", "memory, fine-tuned from it")),
+                ("source_top", fine_tuned("memory_source_1", "memory, source side")),
+                ("target_top", fine_tuned("memory_target_1", "memory, target side"))]
+    base = System("sentence-level transformer", "configs/memory/baseline.sh")
+    rows = [("baseline", base),
+            ("memory", System("memory, fine-tuned from it", "configs/memory/both_5.sh", base.key))]
     for row_id, name in (("both_lower", "both_0-1"), ("both_middle", "both_2-3"), ("both_upper", "both_4-5"),
                          ("both_top", "both_5"), ("source_top", "source_5"), ("target_top", "target_5")):
-        rows.append((row_id, System(name, f"configs/memory/{name}.sh", base)))
+        rows.append((row_id, System(name, f"configs/memory/{name}.sh", base.key)))
     return rows
 
 
@@ -445,12 +562,82 @@ for _experiment in EXPERIMENTS.values():
     _experiment.script = f"scripts/reproduce_{_experiment.name}.sh"
 
 
+# systems that no table shows but others start from (looked up by key)
+STAGE1_SYSTEMS = {MEMORY_STAGE1.key: MEMORY_STAGE1}
+
+
+def systems_to_train(rows) -> List[System]:
+    """The distinct systems behind (row id, system) pairs, with the systems they start from
+    (which run first)."""
+    systems: List[System] = []
+    for _, system in rows:
+        if system.key not in [s.key for s in systems]:
+            systems.append(system)
+    known = {s.key: s for s in systems}
+    for system in list(systems):
+        if system.starts_from and system.starts_from not in known:
+            parent = STAGE1_SYSTEMS.get(system.starts_from)
+            if parent is None:
+                raise DataError(f"{system.config} starts from {system.starts_from}, which no experiment trains")
+            systems.insert(0, parent)
+            known[parent.key] = parent
+    return systems
+
+
+def validation_interval(budget: int) -> int:
+    return max(1, budget // VALIDATIONS_PER_RUN)
+
+
+def embedded_train_args(system: System, budget: int) -> List[str]:
+    """fairseq-train arguments that give a system its share of the budget, validated (and
+    offered as checkpoint_best.pt) at the same updates as every other system."""
+    interval = validation_interval(budget)
+    return ["--max-update", str(system.updates(budget)), "--validate-interval-updates", str(interval),
+            "--save-interval-updates", str(interval), "--keep-interval-updates", "1"]
+
+
+def budget_note(args, results: dict) -> str:
+    if args.smoke:
+        return "Smoke run: 3 updates per system, a tiny corpus; the numbers test the machinery only."
+    if args.corpus != EMBEDDED:
+        return ("Updates: as the paper configs train (until early stopping), shown per row; the learning "
+                "curves are in the PNG beside this table.")
+    short = "" if args.budget >= FULL_BUDGET else \
+        f" **A short run**: the full reproduction trains {FULL_BUDGET} updates per system."
+    return (f"Every system trained {args.budget} updates of up to 4096 tokens (a fine-tuned memory model: "
+            f"{MEMORY_STAGE1.updates(args.budget)} sentence-level + {int(round(args.budget * MEMORY_FINETUNE_SHARE))} "
+            f"fine-tuning, of up to 2048 tokens a sentence step), validated every "
+            f"{validation_interval(args.budget)} updates; each row's model is its checkpoint with the lowest "
+            f"validation loss.{short} Learning curves: the PNG beside this table.")
+
+
+def print_list(budget: int) -> None:
+    """Every experiment, corpus and system with its config and its number of updates."""
+    for experiment in EXPERIMENTS.values():
+        print(f"{experiment.name}: {experiment.title}  [{experiment.script}]")
+        for corpus, rows in experiment.corpora.items():
+            if not rows:
+                print(f"  --corpus {corpus}: benchmark only")
+                continue
+            print(f"  --corpus {corpus}:")
+            for system in systems_to_train(rows):
+                if corpus == EMBEDDED:
+                    updates = f"{system.updates(budget)} updates"
+                    if system.starts_from:
+                        updates += f", fine-tuned from {system.starts_from}"
+                else:
+                    updates = "updates: the config's (early stopping)" + \
+                        (f", fine-tuned from {system.starts_from}" if system.starts_from else "")
+                print(f"    {system.key:40s} {system.config:40s} {updates}")
+
+
 # ---------------------------------------------------------------------------------------
 # input checks
 
 
-def data_problems(data: str, needs_consistency: bool) -> List[str]:
-    """What is missing from a prepared corpus (empty: nothing)."""
+def data_problems(data: str, needs_consistency: bool, selects_on_consistency: bool = False) -> List[str]:
+    """What is missing from a prepared corpus (empty: nothing). ``selects_on_consistency``: the
+    configs validate on DATA/valid_consistency (paper 000's consistency models, appendix A.2)."""
     if not os.path.isdir(data):
         return [f"{data}: data directory not found (prepare one with scripts/prepare_*.sh)"]
     prep_path = os.path.join(data, "prep.json")
@@ -467,6 +654,9 @@ def data_problems(data: str, needs_consistency: bool) -> List[str]:
     if needs_consistency and not os.path.isdir(os.path.join(data, "consistency")):
         problems.append(f"{data}/consistency: missing: this experiment scores contrastive sets "
                         "(scripts/prepare_consistency.sh writes them)")
+    if selects_on_consistency and not os.path.isfile(os.path.join(data, "valid_consistency", "consistency.json")):
+        problems.append(f"{data}/valid_consistency: missing: these configs select checkpoints on the consistency of "
+                        "contrastive dev sets (scripts/prepare_consistency.sh --out DATA/valid_consistency DEV.json ...)")
     return problems
 
 
@@ -514,14 +704,15 @@ def finished(run_dir: str, needs_consistency: bool) -> bool:
     return not needs_consistency or os.path.isfile(os.path.join(run_dir, "consistency.json"))
 
 
-def run_systems(systems: Sequence[System], data: str, runs: str, jobs: int, extra_train_args: Sequence[str],
-                env: Dict[str, str]) -> None:
-    """Train, decode and score each system (scripts/run_system.sh), ``jobs`` at a time.
+def run_systems(systems: Sequence[System], data: str, runs: str, jobs: int,
+                train_args: Dict[str, Sequence[str]]) -> None:
+    """Train, decode and score each system (scripts/run_system.sh), ``jobs`` at a time, with
+    its extra fairseq-train arguments ``train_args[system.key]``.
 
-    A fine-tuned system starts once the system it starts from has a checkpoint. Prints a line
-    per start and finish; raises DataError listing the failures at the end."""
+    A fine-tuned system starts once the system it starts from has finished. Prints a line per
+    start and finish; raises DataError listing the failures at the end."""
     scoring_consistency = os.path.isdir(os.path.join(data, "consistency"))
-    by_config = {s.config: s for s in systems}
+    by_key = {s.key: s for s in systems}
     pending = [s for s in systems if not finished(os.path.join(runs, s.key), scoring_consistency)]
     for system in systems:
         if system not in pending:
@@ -549,7 +740,7 @@ def run_systems(systems: Sequence[System], data: str, runs: str, jobs: int, extr
         for system in list(pending):
             if len(running) >= jobs:
                 break
-            parent = by_config.get(system.starts_from) if system.starts_from else None
+            parent = by_key.get(system.starts_from) if system.starts_from else None
             if parent is not None:
                 if parent.key in failed:
                     failed[system.key] = f"starts from {parent.key}, which failed"
@@ -561,11 +752,11 @@ def run_systems(systems: Sequence[System], data: str, runs: str, jobs: int, extr
             pending.remove(system)
             started += 1
             run_dir = os.path.join(runs, system.key)
-            system_env = dict(os.environ, OMP_NUM_THREADS="1", **env)
+            system_env = dict(os.environ, OMP_NUM_THREADS="1")
             if parent is not None:  # main() checked that every starts_from is in the plan
                 system_env["MEMORY_PRETRAINED"] = os.path.join(runs, parent.key, "checkpoint_best.pt")
             command = [os.path.join(ROOT, "scripts", "run_system.sh"), os.path.join(ROOT, system.config), data,
-                       run_dir, *extra_train_args]
+                       run_dir, *train_args.get(system.key, ())]
             handle = open(os.path.join(runs, f"{system.key}.log"), "a", encoding="utf-8")
             handle.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(command)}\n")
             handle.flush()
@@ -646,6 +837,7 @@ class Context:
         self.systems, self.results, self.bench, self.png_path = systems, results, bench, png_path
         self.notes: List[str] = []
         self.plot: Optional[str] = None
+        self.curves: Optional[str] = None
 
 
 def prepare_embedded(out: str, smoke: bool) -> str:
@@ -687,7 +879,11 @@ def write_outputs(experiment: Experiment, out: str, corpus: str, context: Contex
         handle.write(text)
     write_json({"experiment": experiment.name, "title": experiment.title, "paper": experiment.paper,
                 "corpus": corpus, "command": command, "machine": machine, "commit": commit_info(),
-                "rows": rows, "notes": notes, "plot": context.plot}, os.path.join(out, f"{experiment.name}.json"))
+                "rows": rows, "notes": notes, "plot": context.plot, "curves_plot": context.curves,
+                "curves": {system.key: context.results[system.key]["curve"] for _, system in context.systems},
+                "stage1_curves": {system.starts_from: context.results[system.key]["stage1_curve"]
+                                  for _, system in context.systems if system.starts_from}},
+               os.path.join(out, f"{experiment.name}.json"))
     return text
 
 
@@ -702,13 +898,15 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="systems trained at once, one torch thread each (default: the number of cores)")
     parser.add_argument("--smoke", action="store_true", help="tiny corpus, 3 updates, tiny benchmarks: a test run")
+    parser.add_argument("--budget", type=int, default=FULL_BUDGET,
+                        help=f"updates per system on the embedded corpus (default {FULL_BUDGET}, the full run; "
+                             "fewer make a shorter run whose tables say so)")
     parser.add_argument("--list", action="store_true", help="list experiments, corpora and systems, then exit")
     args = parser.parse_args(argv)
+    if args.budget < 1:
+        parser.error("--budget must be at least 1")
     if args.list:
-        for experiment in EXPERIMENTS.values():
-            print(f"{experiment.name}: {experiment.title}  [{experiment.script}]")
-            for corpus, systems in experiment.corpora.items():
-                print(f"  --corpus {corpus}: " + (", ".join(s.config for _, s in systems) or "benchmark only"))
+        print_list(args.budget)
         return 0
     if args.experiment not in list(EXPERIMENTS) + ["all"]:
         parser.error(f"experiment must be one of {', '.join(list(EXPERIMENTS) + ['all'])}, got {args.experiment!r}")
@@ -727,21 +925,13 @@ def main(argv=None) -> int:
     start = time.monotonic()
 
     # 1. check everything before any long work
-    plan = []
-    for experiment in experiments:
-        plan.append((experiment, experiment.systems(args.corpus)))
-    systems: List[System] = []
-    for _, rows in plan:
-        for _, system in rows:
-            if system.config not in [s.config for s in systems]:
-                systems.append(system)
-    for system in list(systems):
-        if system.starts_from and system.starts_from not in [s.config for s in systems]:
-            raise DataError(f"{system.config} starts from {system.starts_from}, which no experiment trains")
+    plan = [(experiment, experiment.systems(args.corpus)) for experiment in experiments]
+    systems = systems_to_train(row for _, rows in plan for row in rows)
     problems = config_problems(systems)
     data = os.path.abspath(args.data) if args.data else None
     if data is not None:
-        problems += data_problems(data, any(e.needs_consistency for e in experiments if e.systems(args.corpus)))
+        problems += data_problems(data, any(e.needs_consistency for e in experiments if e.systems(args.corpus)),
+                                  selects_on_consistency=args.corpus == "opensub-consistency")
     if problems:
         raise DataError("cannot start:\n  " + "\n  ".join(problems))
     if data is None:
@@ -754,12 +944,13 @@ def main(argv=None) -> int:
     def priority(system: System) -> int:
         return 0 if "lsh" in system.key else 2 if system.starts_from else 1
     runs = os.path.join(out, "runs")
-    env = dict(EMBEDDED_UPDATES) if args.corpus == EMBEDDED else {}
-    env = {name: os.environ.get(name, value) for name, value in env.items()}  # the user's choice wins
+    train_args = {system.key: SMOKE_TRAIN_ARGS if args.smoke else
+                  embedded_train_args(system, args.budget) if args.corpus == EMBEDDED else []
+                  for system in systems}
     if systems:
-        log(f"{len(systems)} systems -> {runs} ({args.jobs} at a time)")
-        run_systems(sorted(systems, key=priority), data, runs, args.jobs,
-                    SMOKE_TRAIN_ARGS if args.smoke else [], env)
+        log(f"{len(systems)} systems -> {runs} ({args.jobs} at a time"
+            + (f"; {args.budget} updates each" if args.corpus == EMBEDDED and not args.smoke else "") + ")")
+        run_systems(sorted(systems, key=priority), data, runs, args.jobs, train_args)
 
     # 3. benchmarks, alone on the machine, then the tables
     for experiment, rows in plan:
@@ -769,9 +960,14 @@ def main(argv=None) -> int:
                                   args.smoke)
         elif experiment.benchmark == "training_memory":
             bench = run_benchmark("training_memory", out, data, args.smoke)
-        results = {system.key: system_results(os.path.join(runs, system.key)) for _, system in rows}
+        results = {system.key: system_results(os.path.join(runs, system.key), os.path.join(
+            runs, system.starts_from) if system.starts_from else None) for _, system in rows}
         context = Context(rows, results, bench, os.path.join(out, f"{experiment.name}.png"))
         table, json_rows = experiment.table(context)
+        if rows:
+            context.curves = curves_plot(rows, results, os.path.join(out, f"{experiment.name}_curves.png"),
+                                         f"{experiment.title}: validation loss")
+            context.notes.append(budget_note(args, results))
         signature = next(iter(results.values()))["bleu_signature"] if results and experiment.name != "rfa_figure3" \
             else None
         text = write_outputs(experiment, out, args.corpus, context, table, json_rows, command, signature)

@@ -17,6 +17,7 @@ settings=(--source-lang "$src" --target-lang "$tgt" $TASK_ARGS $MODEL_ARGS $TRAI
 
 # The splits fairseq-train loads must exist: say so in one line (fairseq would end in a traceback).
 binarized() { [ -f "$data/$1.$src-$tgt.$src.idx" ] || [ -f "$data/$1.$tgt-$src.$src.idx" ]; }
+contrastive() { [ -f "$data/$1/consistency.json" ]; }  # contrastive sets validated on (tasks/validation.py)
 present=$(shopt -s nullglob; for f in "$data"/*."$src-$tgt.$src".idx "$data"/*."$tgt-$src.$src".idx; do
             f=${f##*/}; echo "${f%%.*}"; done | sort -u | paste -sd, -)
 train_subset=$(option_value --train-subset train "${settings[@]}")
@@ -27,7 +28,7 @@ if ! binarized "$train_subset"; then
 fi
 if ! has_option --disable-validation "${settings[@]}"; then
   for subset in $(option_value --valid-subset valid "${settings[@]}" | tr , ' '); do
-    binarized "$subset" || die "$data has no binarized '$subset' split to validate on (its splits: ${present:-none}): pass --valid-subset with one of them, or --disable-validation"
+    binarized "$subset" || contrastive "$subset" || die "$data has no binarized '$subset' split and no contrastive sets $data/$subset/consistency.json to validate on (its splits: ${present:-none}): pass --valid-subset with one of them, prepare the sets (scripts/prepare_consistency.sh --out $data/$subset ...), or --disable-validation"
   done
 fi
 

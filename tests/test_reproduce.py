@@ -7,11 +7,14 @@ runs against the same results directory, resumes (trains nothing) and prints its
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
 from rfa_doc_mt.data.io import DataError
-from rfa_doc_mt.reproduce import EXPERIMENTS, System, config_problems, data_problems, prepare_embedded
+from rfa_doc_mt.reproduce import (
+    EMBEDDED, EXPERIMENTS, FULL_BUDGET, System, config_problems, data_problems, embedded_train_args, learning_curve,
+    prepare_embedded, systems_to_train)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ["rfa_table1", "rfa_figure3", "rfa_figure4", "lsh_table2", "memory_table1", "lstm"]
@@ -43,7 +46,8 @@ def test_every_script_exists_and_is_executable():
 
 def test_all_trains_each_system_once_and_writes_every_table(smoke_all):
     out, done = smoke_all
-    distinct = {system.key for experiment in EXPERIMENTS.values() for _, system in experiment.systems("embedded")}
+    distinct = {system.key for system in systems_to_train(
+        row for experiment in EXPERIMENTS.values() for row in experiment.systems("embedded"))}
     started = [line for line in done.stderr.splitlines() if "] started " in line]
     assert len(started) == len(distinct), started
     for name in SCRIPTS:
@@ -54,6 +58,11 @@ def test_all_trains_each_system_once_and_writes_every_table(smoke_all):
         assert data["experiment"] == name and data["rows"] and data["machine"]["cpu_count"] >= 1
         table = "\n".join(line for line in text.splitlines() if line.startswith("|"))
         assert table and table in "\n".join(line for line in done.stdout.splitlines() if line.startswith("|"))
+        if name != "rfa_figure4":  # every trained row says how many updates its model had, and has a curve
+            assert "| updates |" in text and "Smoke run: 3 updates per system" in text
+            assert (out / f"{name}_curves.png").stat().st_size > 0
+            assert all(len(curve) >= 1 for curve in data["curves"].values())
+            assert all(row.get("updates") == 3 for row in data["rows"] if "updates" in row)
 
 
 def test_rfa_tables(smoke_all):
@@ -131,6 +140,13 @@ def test_data_and_config_checks(tmp_path):
     assert data_problems(str(data), needs_consistency=False) == []
     problems = data_problems(str(data), needs_consistency=True)
     assert len(problems) == 1 and "consistency" in problems[0]
+    (data / "consistency").mkdir()
+    assert data_problems(str(data), needs_consistency=True) == []
+    problems = data_problems(str(data), needs_consistency=True, selects_on_consistency=True)
+    assert len(problems) == 1 and "valid_consistency: missing" in problems[0]
+    (data / "valid_consistency").mkdir()
+    (data / "valid_consistency" / "consistency.json").write_text("{}")
+    assert data_problems(str(data), needs_consistency=True, selects_on_consistency=True) == []
     (data / "train.zh-en.en.idx").unlink()
     assert any("train.zh-en.en.idx" in p for p in data_problems(str(data), needs_consistency=False))
 
@@ -150,3 +166,70 @@ def test_smoke_and_full_runs_do_not_share_a_directory(tmp_path):
     (tmp_path / "reproduce.json").write_text(json.dumps({"mode": "smoke"}))
     with pytest.raises(DataError, match="smoke run"):
         prepare_embedded(str(tmp_path), smoke=False)
+
+
+def test_every_embedded_system_gets_the_same_budget_and_the_memory_stages_share_it():
+    for budget in (FULL_BUDGET, 900):
+        rows = [row for experiment in EXPERIMENTS.values() for row in experiment.systems(EMBEDDED)]
+        systems = {system.key: system for system in systems_to_train(rows)}
+        totals = set()
+        for system in systems.values():
+            args = embedded_train_args(system, budget)
+            updates = int(args[args.index("--max-update") + 1])
+            if system.starts_from:
+                parent = systems[system.starts_from]
+                updates += parent.updates(budget)
+                assert not parent.starts_from
+            if not any(s.starts_from == system.key for s in systems.values()):  # a table row
+                totals.add(updates)
+            # every system validates (and picks checkpoint_best.pt) at the same updates
+            assert args[args.index("--validate-interval-updates") + 1] == args[args.index("--save-interval-updates") + 1]
+        assert totals == {budget}
+
+
+def test_list_prints_every_system_with_its_config_and_updates():
+    done = subprocess.run([sys.executable, "-m", "rfa_doc_mt.reproduce", "--list", "--budget", "800"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any("demo-lsh_L4" in line and "configs/demo/lsh_L4.sh" in line and "800 updates" in line for line in lines)
+    assert any("demo-transformer_L1-memory_stage1" in line and "600 updates" in line for line in lines)
+    assert any("demo-memory_L1" in line and "200 updates, fine-tuned from demo-transformer_L1-memory_stage1" in line
+               for line in lines)
+
+
+def test_learning_curve_reads_the_validation_lines_of_a_log(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text(
+        "2026 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 4.754 | nll_loss 4.1 | num_updates 100\n"
+        "2026 | INFO | train_inner | epoch 001:  150 / 200 loss=3.1, num_updates=150, lr=1e-3\n"
+        "2026 | INFO | valid | epoch 002 | valid on 'valid' subset | loss 2.007 | nll_loss 0.8 | num_updates 200 "
+        "| best_loss 2.007\n"
+        "2026 | INFO | valid | epoch 002 | valid on 'valid' subset | loss 2.007 | nll_loss 0.8 | num_updates 200\n"
+        "2026 | INFO | valid | epoch 002 | valid on 'valid_consistency' subset | loss 1.5 | num_updates 200\n")
+    assert learning_curve(str(run)) == [(100, 4.754), (200, 2.007)]
+
+
+
+def config_words(config):
+    """A config's TASK_ARGS, MODEL_ARGS and TRAIN_ARGS as a list of words (loaded as the scripts load it)."""
+    shell = (f'source "{ROOT}/scripts/common.sh"; load_config "{os.path.join(ROOT, config)}"; '
+             'echo "$TASK_ARGS $MODEL_ARGS $TRAIN_ARGS"')
+    return subprocess.run(["bash", "-c", shell], check=True, capture_output=True, text=True).stdout.split()
+
+
+def option(words, name):
+    return words[len(words) - 1 - words[::-1].index(name) + 1]
+
+
+def test_embedded_configs_keep_the_papers_settings():
+    # paper 003: four hash rounds for LSH in all three attentions, one for self-attention only
+    for config, rounds in (("configs/demo/lsh_L4.sh", "4"), ("configs/demo/lsh_self_cross_k0.sh", "4"),
+                           ("configs/demo/lsh_self_k0.sh", "1"), ("configs/demo/lsh_self_k3.sh", "1"),
+                           ("configs/lsh/self_cross_k3.sh", "4"), ("configs/lsh/self_k3.sh", "1")):
+        assert option(config_words(config), "--lsh-rounds") == rounds, config
+    # paper 004: the embedded memory model optimises over the windows of the paper configs
+    paper = option(config_words("configs/memory/both_5.sh"), "--optimization-window")
+    for config in ("memory_L1", "memory_both_0", "memory_both_01", "memory_source_1", "memory_target_1"):
+        assert option(config_words(f"configs/demo/{config}.sh"), "--optimization-window") == paper, config

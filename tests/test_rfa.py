@@ -3,6 +3,7 @@ ops agree, RFA approximates softmax attention, the gates do what §3.2 says, and
 decodes incrementally exactly as it runs in one pass."""
 
 import argparse
+import os
 
 import pytest
 import torch
@@ -14,7 +15,8 @@ from fairseq.sequence_generator import SequenceGenerator
 import rfa_doc_mt  # noqa: F401  (registers the task and models)
 from rfa_doc_mt.models.rfa_transformer import RFADocTransformerModel, rfa_doc_transformer_tiny
 from rfa_doc_mt.modules.random_feature_attention import (
-    RandomFeatureCausalAttention, RandomFeatureCrossAttention, RandomMatrices, causal_rfa_step, chunked_causal_rfa,
+    NORMALISER_FLOOR, RandomFeatureCausalAttention, RandomFeatureCrossAttention, RandomMatrices, causal_rfa_step,
+    chunked_causal_rfa,
     cross_rfa_readout, cross_rfa_state, final_key_weights, incremental_causal_rfa, orthogonal_random_matrices,
     positive_random_features, random_fourier_features, reference_causal_rfa, reference_cross_rfa, sentence_gates,
     split_state)
@@ -457,6 +459,104 @@ def test_cross_module_outputs_follow_sentences_that_leave_the_batch():
     assert stored_sizes == [5, 3, 2, 1]
 
 
+def _norm_rescale_case(cross_gate, seed=12):
+    """A cross-attention module with learned τ and the norm-rescale, two source windows (row 1
+    padded, its padding given huge keys) of several sentences, and queries."""
+    torch.manual_seed(seed)
+    module = RandomFeatureCrossAttention(16, 2, 32, seed=3, kdim=12, learned_tau=True, norm_rescale=True,
+                                         gate="sgate" if cross_gate else "none", cross_gate=cross_gate).eval()
+    with torch.no_grad():
+        module.tau.copy_(torch.tensor([0.6, 1.4]))
+    generator = torch.Generator().manual_seed(seed)
+    src = random_windows(2, 11, 3, generator, pad_lengths=[11, 7])
+    encoder_out = torch.randn(11, 2, 12, generator=generator) * torch.linspace(0.5, 3, 11).view(11, 1, 1)
+    encoder_out[7:, 1] = 50.0  # padding: any max taken over it would swamp the real keys
+    query = torch.randn(6, 2, 16, generator=generator)
+    return module, src, encoder_out, query
+
+
+def norm_rescale_reference(module, query, encoder_out, src):
+    """Cross RFA with the release's norm-rescale written from its formula, quadratic:
+
+        out_t = Σ_j a_tj v_j / max(Σ_j a_tj, floor),
+        a_tj = φ(q_t)·φ(k_j) · exp(½ (|k_j| d^-½ / τ)² - m) · g_j,   m = max over real keys j
+
+    (g_j: the cross gate's weight of key j, 1 without it, from the gate's own functions, which
+    are tested against the causal recurrence; 0 at padding). Returns the output [time, batch,
+    embed] and the summary (S, z) of each row."""
+    heads, dim = module.num_heads, module.head_dim
+    time, batch, _ = query.shape
+    q = module.q_proj(query).view(time, batch, heads, dim).permute(1, 2, 0, 3)
+    k, v = module.kv_proj(encoder_out).view(-1, batch, 2, heads, dim).permute(2, 1, 3, 0, 4).unbind(0)
+    matrix = module.random_matrices.eval_matrix
+    phi_q, phi_k = module.features_of(q, matrix), module.features_of(k, matrix)
+    real = src.ne(PAD)[:, None, :]  # [batch, 1, source]
+    exponent = 0.5 * (k.norm(dim=-1) / dim ** 0.5 / module.tau.view(1, heads, 1)) ** 2
+    exponent = exponent.masked_fill(~real, float("-inf"))
+    key_weight = torch.exp(exponent - exponent.amax(-1, keepdim=True).detach())
+    if module.gate_variant != "none":
+        logits = module.gate_logits(encoder_out).permute(1, 2, 0)
+        key_weight = key_weight * final_key_weights(*sentence_gates(logits, sentence_starts(src, SEP),
+                                                                    module.gate_variant, src.eq(PAD)))
+    a = torch.einsum("bhtf,bhsf->bhts", phi_q, phi_k) * key_weight[:, :, None, :]
+    out = (a @ v) / a.sum(-1, keepdim=True).clamp(min=NORMALISER_FLOOR)
+    summary = torch.einsum("bhsf,bhsd->bhfd", phi_k * key_weight[..., None], torch.cat([v, torch.ones_like(v[..., :1])], -1))
+    return module.out_proj(out.permute(2, 0, 1, 3).reshape(time, batch, heads * dim)), summary
+
+
+@pytest.mark.parametrize("cross_gate", [False, True])
+def test_norm_rescale_forms_agree_with_the_formula(cross_gate):
+    module, src, encoder_out, query = _norm_rescale_case(cross_gate)
+    starts = sentence_starts(src, SEP)
+    leaves = [query.clone().requires_grad_(), encoder_out.clone().requires_grad_()]
+    reference, reference_summary = norm_rescale_reference(module, *leaves, src)
+    # training form
+    inputs = [query.clone().requires_grad_(), encoder_out.clone().requires_grad_()]
+    module.sentence_starts = starts
+    trained, _ = module(inputs[0], inputs[1], inputs[1], key_padding_mask=src.eq(PAD))
+    summary = module.source_state(inputs[1], src.eq(PAD), module.random_matrices.eval_matrix, starts)
+    terms = causal_module_terms(module, 11) + (decay_terms(11, torch.ones(1, 1, 11)) if cross_gate else 0)
+    assert_fp32_close(trained, reference, terms, name=f"norm-rescale training form vs formula (cross gate {cross_gate})")
+    assert_fp32_close(summary, reference_summary, terms, name="summary vs formula")
+    # gradients (the backward pass: each sum again, transposed)
+    weights = torch.randn_like(reference)
+    grads = [torch.autograd.grad((out * weights).sum(), leaf_set)
+             for out, leaf_set in ((reference, leaves), (trained, inputs))]
+    for name, want, got in zip(("query", "encoder output"), *grads):
+        assert_fp32_close(got, want, 2 * terms, name=f"gradient of the {name}")
+    # incremental form: the summary cached once per sentence, read by 3 beams each
+    beam = 3
+    module.set_beam_size(beam)
+    expand = torch.arange(2).repeat_interleave(beam)
+    module.sentence_starts = starts[expand]
+    state, steps = {}, []
+    with torch.no_grad():
+        for t in range(query.size(0)):
+            steps.append(module(query[t:t + 1, expand], encoder_out[:, expand], encoder_out[:, expand],
+                                key_padding_mask=src.eq(PAD)[expand], incremental_state=state)[0])
+    module.set_beam_size(1)
+    module.sentence_starts = None
+    assert_fp32_close(torch.cat(steps), reference[:, expand], terms, name="incremental (beams) vs formula")
+
+
+def test_norm_rescale_ignores_padding_and_batch_neighbours():
+    module, src, encoder_out, query = _norm_rescale_case(cross_gate=False)
+    with torch.no_grad():
+        batched, _ = module(query, encoder_out, encoder_out, key_padding_mask=src.eq(PAD))
+        alone, _ = module(query[:, 1:], encoder_out[:7, 1:], encoder_out[:7, 1:], key_padding_mask=src[1:, :7].eq(PAD))
+        louder = encoder_out.clone()
+        louder[:, 0] *= 3  # the other row's keys grow: its maximum is no business of row 1
+        neighbour, _ = module(query, louder, louder, key_padding_mask=src.eq(PAD))
+    terms = causal_module_terms(module, 11)
+    assert_fp32_close(alone[:, 0], batched[:, 1], terms, name="alone vs batched (padding of 50s)")
+    assert_fp32_close(neighbour[:, 1], batched[:, 1], terms, name="a louder neighbour")
+    # and the rescale does something: without it the same module reads the source otherwise
+    module.norm_rescale = False
+    with torch.no_grad():
+        plain, _ = module(query, encoder_out, encoder_out, key_padding_mask=src.eq(PAD))
+    assert max_diff(plain, batched) > 1e-2
+
+
 # ---------------------------------------------------------------------------------------
 # random matrices
 
@@ -608,3 +708,41 @@ def test_checkpoint_round_trip_restores_outputs_and_buffers(tmp_path):
     model.set_num_updates(7), restored.set_num_updates(7)
     assert torch.equal(model.decoder.layers[1].self_attn.random_matrices(),
                        restored.decoder.layers[1].self_attn.random_matrices())
+
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
+
+def test_learned_tau_is_the_default_and_fixed_tau_is_an_option():
+    model, _ = tiny_model()
+    for layer in model.decoder.layers:
+        for attention in (layer.self_attn, layer.encoder_attn):
+            assert attention.tau is not None and attention.tau.requires_grad
+            assert torch.equal(attention.tau.detach(), torch.ones(attention.num_heads))
+    fixed, _ = tiny_model(extra=["--rfa-fixed-tau"])
+    assert all(layer.self_attn.tau is None and layer.encoder_attn.tau is None for layer in fixed.decoder.layers)
+    assert not fixed.decoder.layers[0].encoder_attn.norm_rescale
+    rescaled, _ = tiny_model(extra=["--rfa-norm-rescale"])
+    assert all(layer.encoder_attn.norm_rescale for layer in rescaled.decoder.layers)
+
+
+def test_a_checkpoint_trained_with_fixed_tau_still_loads_and_computes_what_it_did():
+    """tests/fixtures/rfa_fixed_tau: a tiny RFA-sgate model trained (2 updates) by the version
+    before learned τ became the default (commit 7cdb424), with the logits it computed then."""
+    from fairseq import checkpoint_utils
+
+    directory = os.path.join(FIXTURES, "rfa_fixed_tau")
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [os.path.join(directory, "checkpoint.pt")], arg_overrides={"data": directory})
+    model = models[0].eval()
+    assert not cfg.model.rfa_learned_tau
+    assert all(layer.self_attn.tau is None and layer.encoder_attn.tau is None for layer in model.decoder.layers)
+    expected = torch.load(os.path.join(directory, "expected.pt"))
+    src = expected["src_tokens"]
+    with torch.no_grad():
+        logits = model(src, src.ne(PAD).sum(1), expected["prev_output_tokens"])[0]
+    args = cfg.model  # 16 wide, FFN 16, 1 + 1 layers, 2 x 4 projections
+    terms = transformer_terms(args.decoder_embed_dim, args.decoder_ffn_embed_dim, args.encoder_layers,
+                              args.decoder_layers, src.size(1), logits.size(1), features=8)
+    assert_fp32_close(logits, expected["logits"], terms, name="old checkpoint's logits, then and now")
+

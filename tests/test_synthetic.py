@@ -71,7 +71,8 @@ def test_same_seed_gives_identical_bytes(tmp_path):
     files = written_files(str(tmp_path / "a"))
     assert files == written_files(str(tmp_path / "b"))
     expected = {f"{split}.{suffix}" for split in ("train", "valid", "test") for suffix in ("src", "tgt", "docs")}
-    expected |= {os.path.join("consistency", f"{p}.json") for p in PHENOMENA}
+    expected |= {os.path.join(directory, f"{p}.json") for directory in ("consistency", "valid_consistency")
+                 for p in PHENOMENA}
     assert set(files) == expected
     for name in files:
         assert filecmp.cmp(tmp_path / "a" / name, tmp_path / "b" / name, shallow=False), name

@@ -12,18 +12,31 @@
 # causal), OpenSubtitles (BLEU) b_f = 1 and 256 + 32, OpenSubtitles (consistency) 128 + 64.
 # From fairseq's IWSLT recipe (A.2 "all other hyperparameters follow fairseq"): dropout 0.3,
 # weight decay 1e-4, label smoothing 0.1, inverse-sqrt schedule.
+# Checkpoint selection and early stopping (A.2: patience 10 on development-set performance; BLEU
+# and consistency models are trained apart and each stops on its own metric, as in the release's
+# train_rfa.sh): the BLEU models validate with --eval-bleu (s-BLEU of the windowed decoding, beam
+# 4 and the release's length bounds: 1.2 x source + 70 for zh-en, 1 x source + 50 for en-ru) and
+# keep the checkpoint of the highest BLEU; the consistency models validate on the contrastive dev
+# sets in DATA/valid_consistency (Voita et al.'s deixis_dev and lex_cohesion_dev, prepared with
+# scripts/prepare_consistency.sh --prep DATA --out DATA/valid_consistency ...) and keep the
+# highest consistency accuracy. --patience counts validations (one per epoch).
 # Not stated by the paper (this project's choices): b_f = 1 for the consistency models, b_f = 0
-# for sgate-avg (the release's initialisation of its averaging gate), early stopping on the
-# validation loss (the paper stops on BLEU or consistency, which fairseq-train cannot compute
-# on windows; select checkpoints with scripts/score.sh and the consistency scorer instead).
+# for sgate-avg (the release's initialisation of its averaging gate).
 : "${CORPUS:?set CORPUS (iwslt, opensub-bleu or opensub-consistency) before sourcing configs/rfa/common.sh}"
 : "${GATE:?set GATE (none, sgate or sgate-avg) before sourcing configs/rfa/common.sh}"
 : "${WINDOW:?set WINDOW (L) before sourcing configs/rfa/common.sh}"
 
+# (the JSON holds no space: TRAIN_ARGS is split on spaces)
 case "$CORPUS" in
-  iwslt)               RFA_DIMS="--rfa-cross-proj-dim 256 --rfa-causal-proj-dim 32"; GATE_BIAS=2 ;;
-  opensub-bleu)        RFA_DIMS="--rfa-cross-proj-dim 256 --rfa-causal-proj-dim 32"; GATE_BIAS=1 ;;
-  opensub-consistency) RFA_DIMS="--rfa-cross-proj-dim 128 --rfa-causal-proj-dim 64"; GATE_BIAS=1 ;;
+  iwslt)               RFA_DIMS="--rfa-cross-proj-dim 256 --rfa-causal-proj-dim 32"; GATE_BIAS=2
+                       SELECTION='--eval-bleu --eval-bleu-args {"beam":4,"max_len_a":1.2,"max_len_b":70}
+                         --best-checkpoint-metric bleu --maximize-best-checkpoint-metric' ;;
+  opensub-bleu)        RFA_DIMS="--rfa-cross-proj-dim 256 --rfa-causal-proj-dim 32"; GATE_BIAS=1
+                       SELECTION='--eval-bleu --eval-bleu-args {"beam":4,"max_len_a":1,"max_len_b":50}
+                         --best-checkpoint-metric bleu --maximize-best-checkpoint-metric' ;;
+  opensub-consistency) RFA_DIMS="--rfa-cross-proj-dim 128 --rfa-causal-proj-dim 64"; GATE_BIAS=1
+                       SELECTION="--valid-subset valid_consistency --best-checkpoint-metric consistency
+                         --maximize-best-checkpoint-metric" ;;
   *) echo "configs/rfa/common.sh: CORPUS must be iwslt, opensub-bleu or opensub-consistency, got '$CORPUS'" >&2; return 2 ;;
 esac
 case "$GATE" in
@@ -44,4 +57,4 @@ fi
 TRAIN_ARGS="--optimizer adam --adam-betas (0.9,0.98) --clip-norm 0.0 --lr 1e-3 --lr-scheduler inverse_sqrt
   --warmup-updates 8000 --warmup-init-lr 1e-07 --weight-decay 0.0001 --max-tokens 4096 --update-freq 4
   --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --fp16 --seed 1
-  --patience 10 --no-epoch-checkpoints"
+  --patience 10 --no-epoch-checkpoints $SELECTION"

@@ -80,7 +80,7 @@ def earlier_outputs(out: str, marker: str) -> List[str]:
     patterns = CORPUS_OUTPUTS
     with contextlib.suppress(DataError):
         if load_prep(out).get("corpus") == "synthetic":
-            patterns += ("consistency",)
+            patterns += ("consistency", "valid_consistency")
     return [entry for entry in entries if any(fnmatch.fnmatchcase(entry, pattern) for pattern in patterns)]
 
 
@@ -768,13 +768,15 @@ def run_synthetic(args, command: str) -> None:
                                 references, command)
         prep["seed"] = args.seed
         write_prep(stage, prep)
-        json_paths = sorted(glob.glob(os.path.join(raw_dir, "consistency", "*.json")))
-        if json_paths:
-            consistency_dir = os.path.join(stage, "consistency")
-            os.makedirs(consistency_dir)
-            write_consistency_sets(json_paths, stage, prep, consistency_dir, relative_paths=True)
-        else:
-            log("note: the synthetic corpus wrote no consistency sets")
+        # the test sets, and the validation sets fairseq-train selects on (--valid-subset valid_consistency)
+        for sets in ("consistency", "valid_consistency"):
+            json_paths = sorted(glob.glob(os.path.join(raw_dir, sets, "*.json")))
+            if json_paths:
+                consistency_dir = os.path.join(stage, sets)
+                os.makedirs(consistency_dir)
+                write_consistency_sets(json_paths, stage, prep, consistency_dir, relative_paths=True)
+            else:
+                log(f"note: the synthetic corpus wrote no {sets} sets")
     log(f"wrote {os.path.abspath(args.out)}")
 
 

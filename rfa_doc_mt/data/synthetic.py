@@ -25,11 +25,13 @@ test sets, make the translation of a sentence depend on a sentence 1-3 back:
 phenomenon sentence's deciding cue lies 1-3 sentences back with no competing cue in between,
 and the written target side is :func:`translate_document` of the source side.
 
-Contrastive sets follow Voita et al.'s JSON format (``src``, ``dst`` candidates, ``true_ind``,
-``ctx_dist``; 3 context sentences + the current one joined by ``" _eos "``). Examples
-``2k`` and ``2k+1`` form a mirrored pair: the same current source sentence and the same
-candidate list, with the context changed so that the other candidate is true. A model that
-only reads the current sentence therefore gets exactly one example of each pair right.
+Contrastive sets (``consistency/``: the test sets; ``valid_consistency/``: validation sets for
+checkpoint selection, drawn from another random stream) follow Voita et al.'s JSON format
+(``src``, ``dst`` candidates, ``true_ind``, ``ctx_dist``; 3 context sentences + the current one
+joined by ``" _eos "``). Examples ``2k`` and ``2k+1`` form a mirrored pair: the same current
+source sentence and the same candidate list, with the context changed so that the other
+candidate is true. A model that only reads the current sentence therefore gets exactly one
+example of each pair right.
 """
 
 import argparse
@@ -546,10 +548,14 @@ def _pairs_per_distance(num_pairs: int) -> Dict[int, int]:
             for d in range(1, CONTEXT_SENTENCES + 1)}
 
 
-def generate_contrastive_sets(seed: int, num_pairs: int, max_documents: int = 1_000_000) -> Dict[str, List[dict]]:
-    """Mirrored pairs per phenomenon from fresh documents, ``ctx_dist`` balanced over 1-3."""
-    document_rng = _stream(seed, "contrastive-documents")
-    choice_rng = _stream(seed, "contrastive-choices")
+def generate_contrastive_sets(seed: int, num_pairs: int, max_documents: int = 1_000_000,
+                              stream: str = "contrastive") -> Dict[str, List[dict]]:
+    """Mirrored pairs per phenomenon from fresh documents, ``ctx_dist`` balanced over 1-3.
+
+    ``stream`` names the random streams the documents and choices are drawn from: the test sets
+    (``contrastive``) and the validation sets (``valid-contrastive``) come from independent ones."""
+    document_rng = _stream(seed, f"{stream}-documents")
+    choice_rng = _stream(seed, f"{stream}-choices")
     wanted = {phenomenon: _pairs_per_distance(num_pairs) for phenomenon in PHENOMENA}
     pairs: Dict[str, List[Tuple[dict, dict]]] = {phenomenon: [] for phenomenon in PHENOMENA}
     for _ in range(max_documents):
@@ -611,16 +617,21 @@ def _write_split(out_dir: str, split: str, documents: Sequence[Sequence[str]]) -
 
 def write_corpus(out_dir: str, seed: int = 1, num_train_documents: int = 2000,
                  num_valid_documents: int = 100, num_test_documents: int = 100,
-                 num_contrastive_pairs: int = 250) -> dict:
-    """Write {out_dir}/{train,valid,test}.{src,tgt}, {out_dir}/{split}.docs and
-    {out_dir}/consistency/{phenomenon}.json; return a summary dict (documents,
-    sentences per split, examples per phenomenon)."""
+                 num_contrastive_pairs: int = 250, num_valid_contrastive_pairs: Optional[int] = None) -> dict:
+    """Write {out_dir}/{train,valid,test}.{src,tgt}, {out_dir}/{split}.docs,
+    {out_dir}/consistency/{phenomenon}.json (the test sets) and
+    {out_dir}/valid_consistency/{phenomenon}.json (validation sets for checkpoint selection,
+    ``num_valid_contrastive_pairs`` pairs each, by default as many as the test sets, from
+    their own random stream); return a summary dict (documents, sentences per split, examples
+    per phenomenon)."""
     sizes = {"train": num_train_documents, "valid": num_valid_documents, "test": num_test_documents}
     for split, size in sizes.items():
         if size <= 0:
             raise ValueError(f"the {split} split needs at least one document, got {size}")
     if num_contrastive_pairs < 0:
         raise ValueError(f"num_contrastive_pairs must be >= 0, got {num_contrastive_pairs}")
+    if num_valid_contrastive_pairs is not None and num_valid_contrastive_pairs < 0:
+        raise ValueError(f"num_valid_contrastive_pairs must be >= 0, got {num_valid_contrastive_pairs}")
     os.makedirs(out_dir, exist_ok=True)
     summary = {"seed": seed, "languages": [SOURCE_LANGUAGE, TARGET_LANGUAGE],
                "documents": {}, "sentences": {}, "phenomenon_sentences": {},
@@ -631,13 +642,18 @@ def write_corpus(out_dir: str, seed: int = 1, num_train_documents: int = 2000,
         summary["documents"][split] = len(documents)
         summary["sentences"][split] = sum(len(d) for d in documents)
         summary["phenomenon_sentences"][split] = counts
-    sets = generate_contrastive_sets(seed, num_contrastive_pairs)
-    summary["contrastive_examples"] = {}
-    for phenomenon, examples in sets.items():
-        with atomic_write(os.path.join(out_dir, "consistency", f"{phenomenon}.json")) as handle:
-            json.dump(examples, handle, ensure_ascii=False)
-            handle.write("\n")
-        summary["contrastive_examples"][phenomenon] = len(examples)
+    if num_valid_contrastive_pairs is None:
+        num_valid_contrastive_pairs = num_contrastive_pairs
+    for directory, stream, num_pairs, key in (
+            ("consistency", "contrastive", num_contrastive_pairs, "contrastive_examples"),
+            ("valid_consistency", "valid-contrastive", num_valid_contrastive_pairs, "valid_contrastive_examples")):
+        sets = generate_contrastive_sets(seed, num_pairs, stream=stream)
+        summary[key] = {}
+        for phenomenon, examples in sets.items():
+            with atomic_write(os.path.join(out_dir, directory, f"{phenomenon}.json")) as handle:
+                json.dump(examples, handle, ensure_ascii=False)
+                handle.write("\n")
+            summary[key][phenomenon] = len(examples)
     return summary
 
 
@@ -652,11 +668,14 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     parser.add_argument("--test-documents", type=int, default=100)
     parser.add_argument("--contrastive-pairs", type=int, default=250,
                         help="mirrored pairs per phenomenon (two examples each)")
+    parser.add_argument("--valid-contrastive-pairs", type=int, default=None,
+                        help="mirrored pairs per phenomenon of the validation sets (default: --contrastive-pairs)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     summary = write_corpus(args.out_dir, seed=args.seed, num_train_documents=args.train_documents,
                            num_valid_documents=args.valid_documents, num_test_documents=args.test_documents,
-                           num_contrastive_pairs=args.contrastive_pairs)
+                           num_contrastive_pairs=args.contrastive_pairs,
+                           num_valid_contrastive_pairs=args.valid_contrastive_pairs)
     json.dump(summary, sys.stdout, indent=2)
     print(f"\nwritten to {args.out_dir} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     return summary

@@ -104,12 +104,14 @@ class DocumentWindowDataset(FairseqDataset):
             optimisation window of the recurrent-memory model, :func:`memory_training_batches`);
             the collater returns them as ``{"steps": [one batch per position, in order],
             "context_steps": 0 or 1, ...}``. Needs ``document_ordered``.
+        split: the split's name, carried by every batch (``batch["split"]``): validation BLEU
+            reads the split's references by it (tasks/validation.py)
     """
 
     def __init__(self, source, target, documents: Sequence[Document], context_size: int,
                  source_separator: int, target_separator: int, pad: int, eos: int, fixed_window: bool = False,
                  supervise_window: bool = True, shuffle: bool = True,
-                 document_ordered: bool = False, sentence_steps: bool = False):
+                 document_ordered: bool = False, sentence_steps: bool = False, split: Optional[str] = None):
         self.source = source
         self.target = target
         self.documents = list(documents)
@@ -125,6 +127,7 @@ class DocumentWindowDataset(FairseqDataset):
         if sentence_steps and not document_ordered:
             raise ValueError("sentence_steps needs document_ordered batches")
         self.sentence_steps = sentence_steps
+        self.split = split
         self.index = build_window_index(self.documents, context_size, fixed_window)
         self.source_sizes = self._window_sizes(np.asarray(source.sizes))
         self.target_sizes = self._window_sizes(np.asarray(target.sizes)) if target is not None else None
@@ -248,6 +251,8 @@ class DocumentWindowDataset(FairseqDataset):
                 "src_lengths": torch.LongTensor([len(s["source"]) for s in samples]),
             },
         }
+        if self.split is not None:
+            batch["split"] = self.split
         if self.document_ordered:
             batch["window"]["document"] = torch.from_numpy(self.index.document[ids.numpy()])
             batch["window"]["position"] = torch.from_numpy(self.index.position[ids.numpy()])

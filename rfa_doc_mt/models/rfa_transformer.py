@@ -21,6 +21,7 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerDecoder, TransformerEncoder
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq.utils import safe_getattr
+from torch import nn
 
 from ..modules.random_feature_attention import (FEATURE_MAPS, GATE_VARIANTS, RandomFeatureCausalAttention,
                                                 RandomFeatureCrossAttention, module_seed)
@@ -28,6 +29,8 @@ from ..modules.sentences import sentence_starts
 from .doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny, wrap_layer
 
 DEFAULT_GATE_BIAS = {"sgate": 2.0, "sgate-avg": 0.0, "none": 0.0}
+# the decoder attentions RFA can replace (the paper replaces both)
+RFA_ATTENTIONS = ("causal", "cross")
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,9 @@ class RFAOptions:
     cross_gate: bool
     feature_map: str
     learned_tau: bool
+    norm_rescale: bool
+    tau_init: float
+    attentions: tuple
     seed: int
 
     @classmethod
@@ -54,9 +60,20 @@ class RFAOptions:
             gate_bias_init=float(DEFAULT_GATE_BIAS[gate] if bias is None else bias),
             cross_gate=bool(safe_getattr(args, "rfa_cross_gate", False)),
             feature_map=safe_getattr(args, "rfa_feature_map", "fourier"),
-            learned_tau=bool(safe_getattr(args, "rfa_learned_tau", False)),
+            learned_tau=bool(safe_getattr(args, "rfa_learned_tau", True)),
+            norm_rescale=bool(safe_getattr(args, "rfa_norm_rescale", False)),
+            tau_init=float(safe_getattr(args, "rfa_tau_init", 1.0)),
+            attentions=parse_rfa_attentions(safe_getattr(args, "rfa_attention", ",".join(RFA_ATTENTIONS))),
             seed=int(safe_getattr(args, "seed", 1)),
         )
+
+
+def parse_rfa_attentions(value: str) -> tuple:
+    names = tuple(name.strip() for name in value.split(",") if name.strip())
+    unknown = [name for name in names if name not in RFA_ATTENTIONS]
+    if unknown or not names:
+        raise ValueError(f"--rfa-attention {value!r}: expected a comma-separated subset of {RFA_ATTENTIONS}")
+    return names
 
 
 class RFADecoderLayer(TransformerDecoderLayerBase):
@@ -67,21 +84,31 @@ class RFADecoderLayer(TransformerDecoderLayerBase):
         super().__init__(cfg, no_encoder_attn=no_encoder_attn)
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        o = self.options
+        if "causal" not in o.attentions:  # softmax, for ablations
+            return super().build_self_attention(embed_dim, cfg, add_bias_kv, add_zero_attn)
         if add_bias_kv or add_zero_attn or cfg.cross_self_attention:
             raise ValueError("RFA causal attention supports neither bias_kv, zero_attn nor cross_self_attention")
-        o = self.options
-        return RandomFeatureCausalAttention(
+        return _with_tau_init(RandomFeatureCausalAttention(
             embed_dim, cfg.decoder.attention_heads, o.causal_proj_dim,
             seed=module_seed(o.seed, self.layer_index, "causal"), feature_map=o.feature_map,
-            learned_tau=o.learned_tau, gate=o.gate, gate_bias_init=o.gate_bias_init)
+            learned_tau=o.learned_tau, gate=o.gate, gate_bias_init=o.gate_bias_init), o.tau_init)
 
     def build_encoder_attention(self, embed_dim, cfg):
         o = self.options
-        return RandomFeatureCrossAttention(
+        if "cross" not in o.attentions:  # softmax, for ablations
+            return super().build_encoder_attention(embed_dim, cfg)
+        return _with_tau_init(RandomFeatureCrossAttention(
             embed_dim, cfg.decoder.attention_heads, o.cross_proj_dim,
             seed=module_seed(o.seed, self.layer_index, "cross"), kdim=cfg.encoder.embed_dim,
             feature_map=o.feature_map, learned_tau=o.learned_tau, gate=o.gate,
-            gate_bias_init=o.gate_bias_init, cross_gate=o.cross_gate)
+            gate_bias_init=o.gate_bias_init, cross_gate=o.cross_gate, norm_rescale=o.norm_rescale), o.tau_init)
+
+
+def _with_tau_init(module, tau_init: float):
+    if module.tau is not None:
+        nn.init.constant_(module.tau, tau_init)
+    return module
 
 
 class RFATransformerEncoder(TransformerEncoder):
@@ -113,8 +140,9 @@ class RFATransformerDecoder(TransformerDecoder):
 
     def _rfa_modules(self):
         for layer in self.layers:
-            yield layer.self_attn, "target"
-            if layer.encoder_attn is not None:
+            if isinstance(layer.self_attn, RandomFeatureCausalAttention):
+                yield layer.self_attn, "target"
+            if isinstance(layer.encoder_attn, RandomFeatureCrossAttention):
                 yield layer.encoder_attn, "source"
 
     def _provide_sentence_starts(self, prev_output_tokens, encoder_out, incremental_state) -> None:
@@ -174,8 +202,19 @@ class RFADocTransformerModel(DocTransformerModel):
         parser.add_argument("--rfa-feature-map", choices=FEATURE_MAPS,
                             help="random feature map: fourier (sin/cos, Peng et al. 2021) or positive "
                                  "(exp, Choromanski et al. 2021)")
-        parser.add_argument("--rfa-learned-tau", action="store_true",
-                            help="learn the feature map's temperature τ per head (default: τ = 1)")
+        parser.add_argument("--rfa-learned-tau", action="store_true", default=True,
+                            help="learn the feature map's temperature τ per head, in causal and cross "
+                                 "attention (the default, as the authors' release trains every model)")
+        parser.add_argument("--rfa-fixed-tau", dest="rfa_learned_tau", action="store_false", default=True,
+                            help="keep τ = 1 (models trained before learned τ became the default)")
+        parser.add_argument("--rfa-tau-init", type=float, metavar="T",
+                            help="initial value of the learned τ (default 1, as the release)")
+        parser.add_argument("--rfa-attention", metavar="LIST",
+                            help="decoder attentions that use RFA, a subset of causal,cross (default both, "
+                                 "as the paper); the others keep softmax attention (for ablations)")
+        parser.add_argument("--rfa-norm-rescale", action="store_true",
+                            help="cross attention: weight each key by exp(½ (|k|·d^-½ / τ)²), which the "
+                                 "normalised feature map loses (the release's --norm-rescale)")
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
@@ -194,7 +233,10 @@ def _rfa_defaults(args):
     args.rfa_gate_bias_init = safe_getattr(args, "rfa_gate_bias_init", DEFAULT_GATE_BIAS[args.rfa_gate])
     args.rfa_cross_gate = safe_getattr(args, "rfa_cross_gate", False)
     args.rfa_feature_map = safe_getattr(args, "rfa_feature_map", "fourier")
-    args.rfa_learned_tau = safe_getattr(args, "rfa_learned_tau", False)
+    args.rfa_learned_tau = safe_getattr(args, "rfa_learned_tau", True)
+    args.rfa_norm_rescale = safe_getattr(args, "rfa_norm_rescale", False)
+    args.rfa_tau_init = safe_getattr(args, "rfa_tau_init", 1.0)
+    args.rfa_attention = safe_getattr(args, "rfa_attention", ",".join(RFA_ATTENTIONS))
 
 
 @register_model_architecture("rfa_doc_transformer", "rfa_doc_transformer")

@@ -439,6 +439,36 @@ def cross_rfa_readout(phi_q: Tensor, state: Tensor) -> Tensor:
     return _normalised(phi_q.float() @ state)
 
 
+def norm_rescale_weights(k: Tensor, tau: Optional[Tensor], padding_mask: Optional[Tensor] = None) -> Tensor:
+    """[batch, heads, source] key weights of the release's ``--norm-rescale`` (cross attention).
+
+    The feature map sees only the direction k̂, so it estimates exp((q̂·k̂ - 1)/τ²) and loses
+    the key's length, which softmax attention, exp(q·k/√d), uses: a longer key draws more
+    attention. The release multiplies each key's features by ``exp(½ (|k|·d^-½ / τ)²)`` to put
+    it back (the factor by which exp(-|x - y|²/2) falls short of exp(x·y) for x = k/(d^¼ τ)).
+
+    To keep the factor finite in fp32 the largest exponent over the example's *real* source
+    keys (per head) is subtracted: a factor common to every key of a row cancels in
+    φ(q)·S / φ(q)·z, so neither the padding, nor the other rows of the batch, nor the beam
+    change an example's output (the release took the maximum over padding too). The maximum
+    is a constant for the gradient, as in the release.
+
+    Args:
+        k: [batch, heads, source, head_dim] keys before the feature map
+        tau: [heads] temperatures, or None (τ = 1)
+        padding_mask: [batch, source] bool, True at padding (weight 0 there)
+    """
+    head_dim = k.size(-1)
+    scale = k.float().norm(dim=-1) / math.sqrt(head_dim)  # [batch, heads, source]
+    if tau is not None:
+        scale = scale / tau.float().clamp_min(MIN_TAU).view(-1, 1)
+    exponent = 0.5 * scale.pow(2)
+    if padding_mask is not None:
+        exponent = exponent.masked_fill(padding_mask.bool().unsqueeze(1), float("-inf"))
+    largest = exponent.max(dim=-1, keepdim=True).values.detach()
+    return torch.exp(exponent - largest)
+
+
 def reference_cross_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, key_weight: Optional[Tensor] = None) -> Tensor:
     """Quadratic form of cross RFA, for clarity: [batch, heads, time, dv]."""
     weights = phi_q.float() @ phi_k.float().transpose(-1, -2)
@@ -662,11 +692,12 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
 
     def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, kdim: Optional[int] = None,
                  feature_map: str = "fourier", learned_tau: bool = False, gate: str = "none",
-                 gate_bias_init: float = 2.0, cross_gate: bool = False):
+                 gate_bias_init: float = 2.0, cross_gate: bool = False, norm_rescale: bool = False):
         if cross_gate and gate == "none":
             raise ValueError("cross gating needs a gate variant (sgate or sgate-avg)")
         super().__init__(embed_dim, num_heads, num_projections, seed, kdim=kdim, feature_map=feature_map,
                          learned_tau=learned_tau, gate=gate, gate_bias_init=gate_bias_init, use_gate=cross_gate)
+        self.norm_rescale = norm_rescale
         self.q_proj = nn.Linear(embed_dim, embed_dim)
         self.kv_proj = nn.Linear(self.kdim, 2 * embed_dim)
         self.beam_size = 1
@@ -705,6 +736,9 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
             else:
                 key_weight = None if padding is None else \
                     (~padding).unsqueeze(1).float().expand(batch, self.num_heads, source)
+            if self.norm_rescale:
+                rescale = norm_rescale_weights(k, self.tau, padding)
+                key_weight = rescale if key_weight is None else key_weight * rescale
             return cross_rfa_state(phi_k, v, key_weight)
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor] = None,

@@ -18,6 +18,10 @@ windows of ``--optimization-window`` sentence positions, document groups shuffle
 never the sentences within one; generation/memory_decoding.py carries the memories. On several
 workers (``--ddp-backend legacy_ddp``) each worker reads whole document groups, and a checkpoint
 holds the memories of the documents being read, so that a resumed run goes on as an uninterrupted one.
+
+Validation can select checkpoints and stop early on ``bleu`` (``--eval-bleu``: s-BLEU of the
+windowed decoding) and on ``consistency`` (a subset of contrastive sets, ``--valid-subset
+valid_consistency``, read from ``DATA/valid_consistency/``): tasks/validation.py.
 """
 
 import functools
@@ -34,6 +38,7 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from ..data.contrastive import ContrastiveDataset
 from ..data.io import DataError, read_docs
 from ..data.windows import (DocumentWindowDataset, current_sentence_mask, document_groups,
                             document_ordered_group_batches, group_members, interleave_group_shards,
@@ -41,6 +46,8 @@ from ..data.windows import (DocumentWindowDataset, current_sentence_mask, docume
                             parse_optimization_window)
 from ..generation import memory_decoding
 from ..generation.memory_decoding import DocumentMemories
+from ..scoring.consistency import contrastive_files, phenomenon_name
+from . import validation
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +82,11 @@ class DocTranslationConfig(TranslationConfig):
         metadata={"help": "with --recurrent-memory: sentence positions per update, N, A-B (drawn uniformly "
                           "for each update) or full (a whole document group); the window's losses are "
                           "back-propagated together (paper 004 §5.3)"})
+    eval_bleu_tokenize: str = field(
+        default="13a",
+        metadata={"help": "with --eval-bleu: sacrebleu's tokenizer for validation BLEU, as scripts/score.sh "
+                          "--tokenize (zh for Chinese targets); hypotheses and references are post-processed "
+                          "as prep.json says, so fairseq's --eval-bleu-detok/--eval-bleu-remove-bpe do not apply"})
 
 
 @register_task("doc_translation", dataclass=DocTranslationConfig)
@@ -92,6 +104,9 @@ class DocTranslationTask(TranslationTask):
             raise ValueError("--decode-mode forced-prefix needs sliding windows, not --fixed-window")
         # translations of current sentences, kept for forced-prefix decoding: {sentence: tokens}
         self.translations = {}
+        validation.check_bleu_options(cfg)
+        self.window_bleu = None  # validation BLEU (--eval-bleu), set up with the first split it scores
+        self.contrastive_set_names = []  # sets of every contrastive validation subset loaded, in key order
         if cfg.recurrent_memory:
             if cfg.context_size != 0 or cfg.fixed_window or cfg.decode_mode != "free":
                 raise ValueError("--recurrent-memory reads one sentence per row: use --context-size 0, "
@@ -100,6 +115,7 @@ class DocTranslationTask(TranslationTask):
             # memories of the documents being read, between batches (training / everything else)
             self.train_memories = DocumentMemories()
             self.eval_memories = DocumentMemories()
+            self.bleu_memories = DocumentMemories()  # decoding for validation BLEU, apart from the loss's
             self.all_train_memories = None  # every worker's train_memories, collected for a checkpoint
             self.restored_train_memories = None  # train_memories read from a checkpoint
 
@@ -117,6 +133,10 @@ class DocTranslationTask(TranslationTask):
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         data_path = utils.split_paths(self.cfg.data)[(epoch - 1) % len(utils.split_paths(self.cfg.data))]
         src, tgt = self.cfg.source_lang, self.cfg.target_lang
+        sets_dir = os.path.join(data_path, split)
+        if os.path.isfile(os.path.join(sets_dir, "consistency.json")) or split.endswith("_consistency"):
+            self.load_contrastive_sets(split, sets_dir)
+            return
         prefix = os.path.join(data_path, f"{split}.{src}-{tgt}.")
         if not os.path.exists(prefix + src + ".idx"):
             prefix = os.path.join(data_path, f"{split}.{tgt}-{src}.")
@@ -138,10 +158,42 @@ class DocTranslationTask(TranslationTask):
             document_ordered=self.cfg.recurrent_memory or (
                 self.cfg.decode_mode == "forced-prefix" and split != self.cfg.train_subset),
             sentence_steps=self.cfg.recurrent_memory and split == self.cfg.train_subset,
+            split=split,
         )
         dataset.check_positions(self.cfg.max_source_positions, self.cfg.max_target_positions, docs_path)
         logger.info(f"{split}: {len(documents)} documents, {len(source)} sentences, {len(dataset)} windows "
                     f"of up to {self.cfg.context_size + 1} sentences")
+        self.datasets[split] = dataset
+        if self.cfg.eval_bleu and split != self.cfg.train_subset:
+            self.validation_bleu().load_references(split, len(source))
+
+    def validation_bleu(self) -> validation.WindowBleu:
+        if self.window_bleu is None:
+            self.window_bleu = validation.WindowBleu(utils.split_paths(self.cfg.data)[0], self.cfg.target_lang,
+                                                     self.cfg.eval_bleu_tokenize)
+        return self.window_bleu
+
+    def load_contrastive_sets(self, split: str, sets_dir: str) -> None:
+        """A validation subset of contrastive sets: ``DATA/{split}/`` as ``prepare consistency`` (or
+        the synthetic corpus) writes it; each set is reported as ``consistency_<phenomenon>``."""
+        if split == self.cfg.train_subset:
+            raise DataError(f"{sets_dir}: contrastive sets are for validation, not training")
+        if not os.path.isdir(sets_dir):
+            raise DataError(
+                f"{sets_dir}: no contrastive sets for the validation subset '{split}'. Prepare them there, e.g. "
+                f"Voita et al.'s dev sets: scripts/prepare_consistency.sh --prep DATA --out {sets_dir} "
+                f"deixis_dev.json lex_cohesion_dev.json (the synthetic corpus writes its own)")
+        files = contrastive_files([sets_dir], (self.cfg.source_lang, self.cfg.target_lang))
+        dataset = ContrastiveDataset.from_files(
+            files, phenomenon_name, src_dict=self.src_dict, tgt_dict=self.tgt_dict,
+            source_separator=self.source_separator, target_separator=self.target_separator,
+            sentences_per_window=self.cfg.context_size + 1, sentence_lists=self.cfg.recurrent_memory)
+        for name, skipped in dataset.skipped.items():
+            if skipped:
+                logger.info(f"{split}: {name}: {skipped} examples skipped (a single distinct candidate)")
+        self.contrastive_set_names += [name for name in dataset.set_names if name not in self.contrastive_set_names]
+        logger.info(f"{split}: {len(dataset)} contrastive examples ({', '.join(dataset.set_names)}), "
+                    f"{int(dataset.num_candidates.sum())} candidates")
         self.datasets[split] = dataset
 
     def get_batch_iterator(self, dataset, max_tokens=None, max_sentences=None, max_positions=None,
@@ -213,6 +265,10 @@ class DocTranslationTask(TranslationTask):
 
     def begin_valid_epoch(self, epoch, model):
         super().begin_valid_epoch(epoch, model)
+        # validation BLEU decodes every split anew: a missing translation must fail, not read a stale one
+        self.translations.clear()
+        if self.cfg.recurrent_memory:
+            self.bleu_memories.clear()
         world_size = distributed_utils.get_data_parallel_world_size()
         if self.cfg.recurrent_memory and world_size > 1:
             # fairseq validates on every worker before it writes a checkpoint, which the first
@@ -238,9 +294,28 @@ class DocTranslationTask(TranslationTask):
         self.restored_train_memories = rows  # moved to the model's device at the next train_step
 
     def valid_step(self, sample, model, criterion):
-        if not self.cfg.recurrent_memory:
-            return super().valid_step(sample, model, criterion)
-        return memory_decoding.valid_step(self.eval_memories, sample, model, criterion)
+        consistency, bleu = {}, {}
+        if "contrastive" in sample:
+            loss, sample_size, logging_output, consistency = validation.contrastive_valid_step(
+                self, sample, model, criterion)
+        else:
+            if self.cfg.recurrent_memory:
+                loss, sample_size, logging_output = memory_decoding.valid_step(self.eval_memories, sample, model,
+                                                                               criterion)
+            else:
+                # FairseqTask's: TranslationTask's own would add BLEU of whole windows
+                loss, sample_size, logging_output = super(TranslationTask, self).valid_step(sample, model, criterion)
+            if self.cfg.eval_bleu:
+                bleu = self.validation_bleu().statistics(self, self.sequence_generator, model, sample)
+        return loss, sample_size, validation.with_validation_keys(
+            logging_output, self.cfg.eval_bleu, self.contrastive_set_names, {**bleu, **consistency})
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        # FairseqTask's (the criterion's figures): TranslationTask's BLEU is validation.reduce_bleu's
+        super(TranslationTask, self).reduce_metrics(logging_outputs, criterion)
+        if self.cfg.eval_bleu:
+            validation.reduce_bleu(logging_outputs)
+        validation.reduce_consistency(logging_outputs, self.contrastive_set_names)
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         raise NotImplementedError("doc_translation decodes binarized documents: use fairseq-generate")
