@@ -606,7 +606,7 @@ def budget_note(args, results: dict) -> str:
         f" **A short run**: the full reproduction trains {FULL_BUDGET} updates per system."
     return (f"Every system trained {args.budget} updates of up to 4096 tokens (a fine-tuned memory model: "
             f"{MEMORY_STAGE1.updates(args.budget)} sentence-level + {int(round(args.budget * MEMORY_FINETUNE_SHARE))} "
-            f"fine-tuning, of up to 2048 tokens a sentence step), validated every "
+            f"fine-tuning, of up to 1400 tokens a sentence step, about 4k tokens an update), validated every "
             f"{validation_interval(args.budget)} updates; each row's model is its checkpoint with the lowest "
             f"validation loss.{short} Learning curves: the PNG beside this table.")
 

@@ -24,6 +24,8 @@ import numpy as np
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(ROOT, "rfa_doc_mt")
 

@@ -18,8 +18,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 USER_DIR = os.path.join(ROOT, "rfa_doc_mt")
 
-pytestmark = pytest.mark.skipif(not shutil.which("fairseq-train", path=BIN + os.pathsep + os.environ.get("PATH", "")),
-                                reason="fairseq is not installed")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not shutil.which("fairseq-train", path=BIN + os.pathsep + os.environ.get("PATH", "")),
+                                 reason="fairseq is not installed")]
 
 TRAIN_ARGS = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2000", "--max-update", "6",
               "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",

@@ -26,10 +26,11 @@ from rfa_doc_mt.data.windows import (
     DocumentWindowDataset, document_groups, document_ordered_batches, group_members, memory_training_batches,
     parse_optimization_window)
 from rfa_doc_mt.generation import memory_decoding
+from rfa_doc_mt.tasks import memory_steps
 from rfa_doc_mt.generation.memory_decoding import DocumentMemories, collate_sentences
 from rfa_doc_mt.models.doc_transformer import DocTransformerModel, doc_transformer_tiny
-from rfa_doc_mt.models.memory_transformer import (
-    FinetuneAdam, FinetuneAdamConfig, MemoryDocTransformerModel, memory_doc_transformer_tiny)
+from rfa_doc_mt.models.memory_transformer import MemoryDocTransformerModel, memory_doc_transformer_tiny
+from rfa_doc_mt.optim.finetune_adam import FinetuneAdam, FinetuneAdamConfig
 from rfa_doc_mt.modules.recurrent_memory import MemorySelfAttention, RecurrentMemory
 
 DICTIONARY = Dictionary()
@@ -265,7 +266,7 @@ def test_loss_of_sentence_t_reaches_sentence_t_minus_1_and_no_further():
     memories = DocumentMemories()
     for window in windows:
         sample = dataset.collater([dataset[i] for i in window])
-        memory_decoding.train_step(memories, sample, model, criterion, optimizer, update_num=0)
+        memory_steps.train_step(memories, sample, model, criterion, optimizer, update_num=0)
     # one backward per sentence position: 0, 1 | 2 (after recomputing 1), 3 (document b has ended)
     expected = [{(0, 0), (1, 0)}, {(0, 1), (1, 1), (0, 0), (1, 0)},
                 {(0, 2), (1, 2), (0, 1), (1, 1)}, {(0, 3), (0, 2)}]

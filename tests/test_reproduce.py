@@ -16,6 +16,8 @@ from rfa_doc_mt.reproduce import (
     EMBEDDED, EXPERIMENTS, FULL_BUDGET, System, config_problems, data_problems, embedded_train_args, learning_curve,
     prepare_embedded, systems_to_train)
 
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ["rfa_table1", "rfa_figure3", "rfa_figure4", "lsh_table2", "memory_table1", "lstm"]
 

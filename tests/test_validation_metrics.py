@@ -18,6 +18,8 @@ import sys
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(ROOT, "rfa_doc_mt")
 FAIRSEQ_TRAIN = os.path.join(os.path.dirname(sys.executable), "fairseq-train")

@@ -11,9 +11,11 @@ from fairseq.models.transformer.transformer_legacy import base_architecture
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 
-def wrap_layer(layer, cfg):
-    """Activation checkpointing and FSDP wrapping, as fairseq's own build_*_layer do."""
-    checkpoint = cfg.checkpoint_activations
+def wrap_layer(layer, cfg, checkpoint_allowed: bool = True):
+    """Activation checkpointing and FSDP wrapping, as fairseq's own build_*_layer do.
+    ``checkpoint_allowed=False``: a layer with an output besides its return value (the memory
+    layers' next memory), which a checkpointed forward (run without autograd) would cut off."""
+    checkpoint = cfg.checkpoint_activations and checkpoint_allowed
     if checkpoint:
         layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
     return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)

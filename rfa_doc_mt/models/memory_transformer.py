@@ -17,39 +17,36 @@ The model reads one sentence per row. Its memories travel in a plain dict::
 or empty lists: the learned initial memories) and returns, in ``extra["document_memory"]``, the
 memories after this sentence (``M^{t+1}``): the source memory from the encoder states, the
 target memory from the decoder states of ``prev_output_tokens``. The task carries them from one
-batch to the next (``--recurrent-memory``, generation/memory_decoding.py).
+batch to the next (``--recurrent-memory``, tasks/memory_steps.py, generation/memory_decoding.py).
 
 In the encoder output, ``target_memory`` holds the decoder's memory for this sentence, so beam
 search repeats and reorders it with the encoder output (``reorder_encoder_out``); the decoder
 reads it at every step and never updates it while decoding incrementally.
 
-Also here: ``finetune_adam``, Adam whose pretrained parameters learn at a fraction of the
-scheduled learning rate (§4.2: 3e-4 for the new parameters, 6e-5 for the pretrained ones).
+Its parameters are tagged new or pretrained for ``finetune_adam`` (optim/finetune_adam.py), which
+gives the pretrained ones a fraction of the learning rate.
 """
 
 import logging
-from collections.abc import Collection
-from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 import torch
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
-from fairseq.optim import register_optimizer
-from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
 from fairseq.utils import safe_getattr
 from torch import Tensor
 
 from ..generation.memory_decoding import collate_sentences
 from ..modules.recurrent_memory import MemorySelfAttention, RecurrentMemory
+from ..optim.finetune_adam import PRETRAINED_PARAMETERS
 from .doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny, wrap_layer
 
 logger = logging.getLogger(__name__)
 
 DocumentMemory = Dict[str, List[Tensor]]
 # the parameter groups of two-stage training (fairseq's ``param_group`` attribute convention)
-NEW_PARAMETERS, PRETRAINED_PARAMETERS = "memory", "pretrained"
+NEW_PARAMETERS = "memory"  # the tag of the parameters the memory adds; the others: PRETRAINED_PARAMETERS
 
 
 def memory_layer_indices(value: Optional[str], num_layers: int, option: str) -> List[int]:
@@ -122,7 +119,7 @@ class MemoryTransformerEncoder(TransformerEncoderBase):
         index, self.layers_built = self.layers_built, self.layers_built + 1
         if index not in self.memory_layers:
             return super().build_encoder_layer(cfg)
-        return wrap_layer(MemoryEncoderLayer(cfg, return_fc=self.return_fc), cfg)
+        return wrap_layer(MemoryEncoderLayer(cfg, return_fc=self.return_fc), cfg, checkpoint_allowed=False)
 
     def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
                 token_embeddings: Optional[Tensor] = None, document_memory: Optional[DocumentMemory] = None):
@@ -167,7 +164,7 @@ class MemoryTransformerDecoder(TransformerDecoderBase):
         index, self.layers_built = self.layers_built, self.layers_built + 1
         if index not in self.memory_layers:
             return super().build_decoder_layer(cfg, no_encoder_attn)
-        return wrap_layer(MemoryDecoderLayer(cfg, no_encoder_attn), cfg)
+        return wrap_layer(MemoryDecoderLayer(cfg, no_encoder_attn), cfg, checkpoint_allowed=False)
 
     def extract_features(self, prev_output_tokens, encoder_out: Optional[Dict[str, List[Tensor]]],
                          incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
@@ -311,50 +308,6 @@ class MemoryDocTransformerModel(DocTransformerModel):
                 scored = target.ne(pad)
                 losses = (token_nll * scored).sum(-1) / scored.sum(-1).clamp(min=1)
         return losses.tolist()
-
-
-# ---- two-stage training: separate learning rates -----------------------------------------------
-
-
-@dataclass
-class FinetuneAdamConfig(FairseqAdamConfig):
-    pretrained_lr_scale: float = field(
-        default=1.0,
-        metadata={"help": "learning rate of the pretrained parameters as a fraction of the scheduled --lr, which "
-                          "the new (memory) parameters get; paper 004 §4.2: 6e-5 / 3e-4 = 0.2"})
-
-
-@register_optimizer("finetune_adam", dataclass=FinetuneAdamConfig)
-class FinetuneAdam(FairseqAdam):
-    """fairseq's Adam (decoupled weight decay, i.e. AdamW) with two parameter groups: those a
-    model tagged ``param.param_group = "pretrained"`` learn at ``--pretrained-lr-scale`` times
-    the learning rate the scheduler sets; all others (the new parameters) at that rate.
-
-    Parameters carry the tag (``MemoryDocTransformerModel.mark_parameter_groups``); with
-    ``--fp16``, pass ``--fp16-no-flatten-grads`` so that they keep it.
-    """
-
-    def __init__(self, cfg: FinetuneAdamConfig, params):
-        params = list(params)
-        pretrained = [p for p in params if getattr(p, "param_group", None) == PRETRAINED_PARAMETERS]
-        new = [p for p in params if getattr(p, "param_group", None) != PRETRAINED_PARAMETERS]
-        if cfg.pretrained_lr_scale != 1.0 and not pretrained:
-            raise ValueError("finetune_adam: no parameter is tagged 'pretrained' (is the model a "
-                             "memory_doc_transformer? with --fp16, add --fp16-no-flatten-grads)")
-        lr = cfg.lr[0] if isinstance(cfg.lr, Collection) else cfg.lr
-        groups = [{"params": group, "lr_scale": scale, "lr": lr * scale}
-                  for group, scale in ((new, 1.0), (pretrained, cfg.pretrained_lr_scale)) if group]
-        super().__init__(cfg, groups)
-        logger.info(f"finetune_adam: {sum(p.numel() for p in new)} new parameter values at the scheduled lr, "
-                    f"{sum(p.numel() for p in pretrained)} pretrained ones at {cfg.pretrained_lr_scale} x lr")
-
-    def get_lr(self):
-        group = self.param_groups[0]
-        return group["lr"] / group.get("lr_scale", 1.0)
-
-    def set_lr(self, lr):
-        for group in self.param_groups:
-            group["lr"] = lr * group.get("lr_scale", 1.0)
 
 
 # ---- architectures -----------------------------------------------------------------------------

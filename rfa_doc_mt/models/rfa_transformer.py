@@ -145,7 +145,9 @@ class RFATransformerDecoder(TransformerDecoder):
             if isinstance(layer.encoder_attn, RandomFeatureCrossAttention):
                 yield layer.encoder_attn, "source"
 
-    def _provide_sentence_starts(self, prev_output_tokens, encoder_out, incremental_state) -> None:
+    def _begin_forward(self, prev_output_tokens, encoder_out, incremental_state) -> None:
+        """Hand each RFA module what this forward needs beside its inputs: sentence starts for
+        the gates, and a new random-matrix draw held for the whole pass."""
         needs_target = self.options.gate != "none"
         needs_source = self.options.cross_gate
         target_starts = source_starts = None
@@ -164,17 +166,15 @@ class RFATransformerDecoder(TransformerDecoder):
             source_starts = sentence_starts(encoder_out["src_tokens"][0], self.source_separator)
         for module, side in self._rfa_modules():
             module.sentence_starts = target_starts if side == "target" else source_starts
+            module.random_matrices.begin_forward()
 
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
                          full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
                          alignment_heads: Optional[int] = None):
-        self._provide_sentence_starts(prev_output_tokens, encoder_out, incremental_state)
-        try:
-            return super().extract_features(prev_output_tokens, encoder_out, incremental_state,
-                                            full_context_alignment, alignment_layer, alignment_heads)
-        finally:
-            for module, _ in self._rfa_modules():
-                module.sentence_starts = None
+        # valid until the next forward: activation checkpointing recomputes the layers in the backward pass
+        self._begin_forward(prev_output_tokens, encoder_out, incremental_state)
+        return super().extract_features(prev_output_tokens, encoder_out, incremental_state,
+                                        full_context_alignment, alignment_layer, alignment_heads)
 
 
 @register_model("rfa_doc_transformer")

@@ -127,6 +127,7 @@ class RandomMatrices(nn.Module):
         self._bank_seed = seed
         self.num_updates = 0
         self.draws_in_update = 0
+        self.holding, self.held = False, None  # see begin_forward
 
     def _build_bank(self, seed: int) -> Tensor:
         generator = torch.Generator().manual_seed(seed)
@@ -137,6 +138,13 @@ class RandomMatrices(nn.Module):
         # fairseq calls this before every micro-batch (FairseqTask.train_step): the draws restart
         self.num_updates = num_updates
         self.draws_in_update = 0
+        self.held = None
+
+    def begin_forward(self) -> None:
+        """Called by the model at the start of each forward pass: the first draw of the pass is
+        held, and every later call in it (activation checkpointing's recomputation in the
+        backward pass) returns that matrix, until the next :meth:`begin_forward`."""
+        self.holding, self.held = True, None
 
     def draw_index(self) -> int:
         """Bank index of the next training draw: a hash of (seed, update, draw), no global RNG."""
@@ -147,8 +155,12 @@ class RandomMatrices(nn.Module):
         """[heads, num_projections, head_dim]"""
         if not self.training:
             return self.eval_matrix
+        if self.holding and self.held is not None:
+            return self.held
         index = self.draw_index()
         self.draws_in_update += 1
+        if self.holding:
+            self.held = self.bank[index]
         return self.bank[index]
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):

@@ -147,8 +147,8 @@ class MemorySelfAttention(MultiheadAttention):
     is only read, never updated, because the sentence is not finished (§4.2 "Inference").
 
     Set the memory with :meth:`set_memory` before each forward pass; collect the next memory
-    with :meth:`take_next_memory` (which also drops the references, so no graph outlives the
-    step that made it).
+    with :meth:`take_next_memory`. The memory read is kept until the next forward's
+    :meth:`set_memory`, for activation checkpointing's recomputation.
     """
 
     def __init__(self, embed_dim, num_heads, memory: RecurrentMemory, **kwargs):
@@ -166,9 +166,10 @@ class MemorySelfAttention(MultiheadAttention):
 
     def take_next_memory(self) -> Optional[Tensor]:
         """``M^{t+1}`` [batch, slots, dim] from the last full forward pass (None when decoding
-        incrementally); clears the module's memory references."""
+        incrementally). The memory read stays until the next :meth:`set_memory`: activation
+        checkpointing (``--checkpoint-activations``) runs the forward again in the backward pass."""
         next_memory = self.next_memory
-        self.current_memory = self.next_memory = None
+        self.next_memory = None
         return next_memory
 
     def forward(self, query, key, value, key_padding_mask=None, incremental_state=None, need_weights=True,

@@ -15,9 +15,10 @@ the authors' release); windows are then decoded in document order.
 at a time and carries a memory from each sentence to the next: every split is batched in
 document order (batch t holds sentence t of a group of documents), training in optimisation
 windows of ``--optimization-window`` sentence positions, document groups shuffled per epoch but
-never the sentences within one; generation/memory_decoding.py carries the memories. On several
-workers (``--ddp-backend legacy_ddp``) each worker reads whole document groups, and a checkpoint
-holds the memories of the documents being read, so that a resumed run goes on as an uninterrupted one.
+never the sentences within one; tasks/memory_steps.py (training, validation) and
+generation/memory_decoding.py (decoding) carry the memories. On several workers
+(``--ddp-backend legacy_ddp``) each worker reads whole document groups, and a checkpoint holds
+the memories of the documents being read, so that a resumed run goes on as an uninterrupted one.
 
 Validation can select checkpoints and stop early on ``bleu`` (``--eval-bleu``: s-BLEU of the
 windowed decoding) and on ``consistency`` (a subset of contrastive sets, ``--valid-subset
@@ -47,7 +48,7 @@ from ..data.windows import (DocumentWindowDataset, current_sentence_mask, docume
 from ..generation import memory_decoding
 from ..generation.memory_decoding import DocumentMemories
 from ..scoring.consistency import contrastive_files, phenomenon_name
-from . import validation
+from . import memory_steps, validation
 
 logger = logging.getLogger(__name__)
 
@@ -258,7 +259,7 @@ class DocTranslationTask(TranslationTask):
                                                               for side, layers in memory.items()})
                                         for document, (position, memory) in self.restored_train_memories.items()}
             self.restored_train_memories = None
-        return memory_decoding.train_step(self.train_memories, sample, model, criterion, optimizer,
+        return memory_steps.train_step(self.train_memories, sample, model, criterion, optimizer,
                                           update_num, ignore_grad)
 
     # ---- recurrent-memory training state in checkpoints (MemoryTrainingIterator) ---------------
@@ -300,7 +301,7 @@ class DocTranslationTask(TranslationTask):
                 self, sample, model, criterion)
         else:
             if self.cfg.recurrent_memory:
-                loss, sample_size, logging_output = memory_decoding.valid_step(self.eval_memories, sample, model,
+                loss, sample_size, logging_output = memory_steps.valid_step(self.eval_memories, sample, model,
                                                                                criterion)
             else:
                 # FairseqTask's: TranslationTask's own would add BLEU of whole windows
