@@ -20,7 +20,7 @@ from model_helpers import build_model
 import rfa_doc_mt  # noqa: F401  (registers the models)
 from rfa_doc_mt.models.doc_transformer import DocTransformerModel, doc_transformer_tiny
 from rfa_doc_mt.models.lsh_transformer import LSHDocTransformerModel, lsh_doc_transformer_tiny
-from rfa_doc_mt.models.lstm_transformer import LongShortTermMaskingTransformerModel, lstm_doc_transformer_tiny
+from rfa_doc_mt.models.long_short_transformer import LongShortTermMaskingTransformerModel, long_short_doc_transformer_tiny
 from rfa_doc_mt.models.memory_transformer import MemoryDocTransformerModel, memory_doc_transformer_tiny
 from rfa_doc_mt.models.rfa_transformer import RFADocTransformerModel, rfa_doc_transformer_tiny
 
@@ -38,7 +38,7 @@ class Task:
 FAMILIES = {
     "transformer": (DocTransformerModel, doc_transformer_tiny, []),
     "rfa": (RFADocTransformerModel, rfa_doc_transformer_tiny, ["--rfa-gate", "sgate", "--rfa-cross-gate"]),
-    "long-short": (LongShortTermMaskingTransformerModel, lstm_doc_transformer_tiny, []),
+    "long-short": (LongShortTermMaskingTransformerModel, long_short_doc_transformer_tiny, []),
     "lsh": (LSHDocTransformerModel, lsh_doc_transformer_tiny,
             ["--lsh-attention", "encoder-self,decoder-self,cross", "--lsh-chunk-size", "4"]),
     "memory": (MemoryDocTransformerModel, memory_doc_transformer_tiny, []),

@@ -38,7 +38,7 @@ COMMON = ["--task", "doc_translation", "--user-dir", USER_DIR, "--source-lang", 
 FAMILIES = {
     "doc_transformer": ["--arch", "doc_transformer_tiny", "--context-size", "1", "--max-tokens", "512"],
     "rfa_doc_transformer": ["--arch", "rfa_doc_transformer_tiny", "--context-size", "1", "--max-tokens", "512"],
-    "lstm_doc_transformer": ["--arch", "lstm_doc_transformer_tiny", "--context-size", "2", "--max-tokens", "512",
+    "lstm_doc_transformer": ["--arch", "long_short_doc_transformer_tiny", "--context-size", "2", "--max-tokens", "512",
                              "--local-heads", "2", "--local-attention", "encoder,decoder"],
     "lsh_doc_transformer": ["--arch", "lsh_doc_transformer_tiny", "--context-size", "3", "--max-tokens", "512",
                             "--lsh-attention", "encoder-self,decoder-self,cross", "--lsh-chunk-size", "8",

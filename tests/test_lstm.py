@@ -16,10 +16,11 @@ from fairseq.sequence_generator import SequenceGenerator
 from conftest import assert_fp32_close, low_precision_tolerance, probe_like, transformer_terms
 from model_helpers import build_model, max_difference
 
+from fairseq.models import ARCH_CONFIG_REGISTRY
 import rfa_doc_mt  # noqa: F401  (registers the task and the baseline)
 from rfa_doc_mt.models.doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny
-from rfa_doc_mt.models.lstm_transformer import (
-    LongShortTermMaskingTransformerModel, lstm_doc_transformer, lstm_doc_transformer_tiny)
+from rfa_doc_mt.models.long_short_transformer import (
+    LongShortTermMaskingTransformerModel, long_short_doc_transformer, long_short_doc_transformer_tiny)
 from rfa_doc_mt.modules.long_short_attention import (
     LongShortMultiheadAttention, aligned_source_sentence, long_short_attention_reference)
 from rfa_doc_mt.modules.sentences import sentence_ids
@@ -72,7 +73,7 @@ def build(model_class, architecture, *model_args, seed=1):
 
 
 def build_lstm(*model_args, seed=1):
-    return build(LongShortTermMaskingTransformerModel, lstm_doc_transformer_tiny, *model_args, seed=seed)
+    return build(LongShortTermMaskingTransformerModel, long_short_doc_transformer_tiny, *model_args, seed=seed)
 
 
 # ---- the attention module -------------------------------------------------------------------
@@ -357,10 +358,10 @@ def test_bfloat16_autocast_stays_close_to_float32():
 
 def test_architectures_and_options():
     paper, baseline = argparse.Namespace(), argparse.Namespace()
-    lstm_doc_transformer(paper)
+    long_short_doc_transformer(paper)
     doc_transformer(baseline)
     assert {k: v for k, v in vars(paper).items() if not k.startswith("local_")} == vars(baseline)
-    model = build(LongShortTermMaskingTransformerModel, lstm_doc_transformer)
+    model = build(LongShortTermMaskingTransformerModel, long_short_doc_transformer)
     attention = model.encoder.layers[0].self_attn
     assert (attention.num_heads, attention.local_heads) == (8, 4)  # default: half of the heads
     assert not isinstance(model.decoder.layers[0].encoder_attn, LongShortMultiheadAttention)
@@ -368,6 +369,20 @@ def test_architectures_and_options():
         build_lstm("--local-heads", "5")
     with pytest.raises(ValueError, match="unknown"):
         build_lstm("--local-attention", "encoder,memory")
+
+
+def test_the_names_before_the_rename_still_build_the_model():
+    """``lstm_doc_transformer[_tiny]``, the architecture names before the rename, are aliases:
+    configs and checkpoints (whose saved arch is the old name) build the same model."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    for old, new in (("lstm_doc_transformer", "long_short_doc_transformer"),
+                     ("lstm_doc_transformer_tiny", "long_short_doc_transformer_tiny")):
+        assert ARCH_MODEL_REGISTRY[old] is ARCH_MODEL_REGISTRY[new] is LongShortTermMaskingTransformerModel
+        from_old, from_new = argparse.Namespace(), argparse.Namespace()
+        ARCH_CONFIG_REGISTRY[old](from_old)
+        ARCH_CONFIG_REGISTRY[new](from_new)
+        assert vars(from_old) == vars(from_new)
 
 
 CONFIGS = ["configs/demo/lstm_L4.sh", "configs/lstm/lstm_L1.sh", "configs/lstm/lstm_L4.sh", "configs/lstm/lstm_3to3.sh"]
@@ -379,5 +394,5 @@ def test_configs_parse_as_fairseq_train_arguments(config):
     words = shlex.split(subprocess.run(["bash", "-c", shell], check=True, capture_output=True, text=True).stdout)
     args = options.parse_args_and_arch(options.get_training_parser(), input_args=[
         "/nonexistent-data", "--user-dir", os.path.join(ROOT, "rfa_doc_mt"), "--task", "doc_translation", *words])
-    assert args.arch.startswith("lstm_doc_transformer")
+    assert args.arch.startswith("long_short_doc_transformer")
     assert args.local_attention == "encoder,decoder"

@@ -2,5 +2,5 @@
 # every encoder and decoder self-attention see only the current sentence; tiny, embedded corpus.
 source "${RFA_DOC_MT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}/configs/demo/train_args.sh"
 TASK_ARGS="--context-size 2"
-MODEL_ARGS="--arch lstm_doc_transformer_tiny --share-all-embeddings --local-heads 2 --local-attention encoder,decoder"
+MODEL_ARGS="--arch long_short_doc_transformer_tiny --share-all-embeddings --local-heads 2 --local-attention encoder,decoder"
 TRAIN_ARGS="$DEMO_TRAIN_ARGS"

@@ -31,7 +31,7 @@ Three forms, one truth (DESIGN.md):
   mask are cached in fairseq's incremental state exactly as fairseq's
   :class:`~fairseq.modules.MultiheadAttention` caches them (same buffer names and shapes, so
   its ``reorder_incremental_state`` is reused); the sentence ids of the cached keys and of the
-  new query are kept by the decoder (see ``models/lstm_transformer.py``) and handed in with
+  new query are kept by the decoder (see ``models/long_short_transformer.py``) and handed in with
   :meth:`LongShortMultiheadAttention.set_sentence_ids`.
 
 The class subclasses fairseq's MultiheadAttention to reuse its projections and parameter

@@ -209,7 +209,7 @@ class LongShortTransformerDecoder(TransformerDecoderBase):
                 name: value.index_select(0, new_order) for name, value in state.items()})
 
 
-@register_model("lstm_doc_transformer")
+@register_model("long_short_doc_transformer")
 class LongShortTermMaskingTransformerModel(DocTransformerModel):
     """Concatenation transformer with long-short term masking self-attention (paper 002)."""
 
@@ -228,7 +228,7 @@ class LongShortTermMaskingTransformerModel(DocTransformerModel):
     def build_model(cls, args, task):
         for side in ("source", "target"):
             if not hasattr(task, f"{side}_separator"):
-                raise ValueError("lstm_doc_transformer needs the doc_translation task (sentence separators)")
+                raise ValueError("long_short_doc_transformer needs the doc_translation task (sentence separators)")
         local_attention_places(args)  # fail early on a bad --local-attention
         return super().build_model(args, task)
 
@@ -247,15 +247,21 @@ def long_short_defaults(args):
     args.local_attention = safe_getattr(args, "local_attention", "encoder,decoder")
 
 
-@register_model_architecture("lstm_doc_transformer", "lstm_doc_transformer")
-def lstm_doc_transformer(args):
+@register_model_architecture("long_short_doc_transformer", "long_short_doc_transformer")
+def long_short_doc_transformer(args):
     """Paper sizes (as ``doc_transformer``); half of the self-attention heads are local."""
     long_short_defaults(args)
     doc_transformer(args)
 
 
-@register_model_architecture("lstm_doc_transformer", "lstm_doc_transformer_tiny")
-def lstm_doc_transformer_tiny(args):
+@register_model_architecture("long_short_doc_transformer", "long_short_doc_transformer_tiny")
+def long_short_doc_transformer_tiny(args):
     """A small model for CPU demos and tests."""
     long_short_defaults(args)
     doc_transformer_tiny(args)
+
+
+# The names before the rename ("lstm" read as an LSTM): configs and checkpoints that use them still work.
+register_model_architecture("long_short_doc_transformer", "lstm_doc_transformer")(long_short_doc_transformer)
+register_model_architecture("long_short_doc_transformer", "lstm_doc_transformer_tiny")(long_short_doc_transformer_tiny)
+lstm_doc_transformer, lstm_doc_transformer_tiny = long_short_doc_transformer, long_short_doc_transformer_tiny
