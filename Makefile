@@ -9,15 +9,17 @@ STAMP := $(VENV)/.setup-done
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt setup.py
+$(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON_311) -m venv $(VENV)
 	$(PY) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required, got " + sys.version'
 	$(PIP) install -q --upgrade pip
 	# torch first: on a CPU machine 2.13.0 is the local CPU wheel; a CUDA torch already here is kept
 	$(PY) -c 'import torch' 2>/dev/null || $(PIP) install -q torch==2.13.0
-	$(PIP) install -q -r requirements.txt
+	# fairseq-fixed is built here against this torch, numpy and cython, without its declared
+	# dependencies (torchaudio would pull a CUDA torch); pyproject.toml lists its real ones
+	$(PIP) install -q -c requirements.txt numpy cython
 	$(PY) -c 'import fairseq' 2>/dev/null || $(PIP) install -q --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
-	$(PIP) install -q --no-deps -e .
+	$(PIP) install -q -c requirements.txt -e '.[bench,test]'
 	$(PY) -c 'import fairseq, rfa_doc_mt; print("setup ok: fairseq", fairseq.__version__)'
 	touch $(STAMP)
 
@@ -25,6 +27,7 @@ demo: setup
 	bash scripts/demo.sh
 
 test: setup
+	$(VENV)/bin/ruff check -q rfa_doc_mt tests
 	$(PY) -m pytest -q tests
 
 clean:

@@ -1,8 +1,32 @@
 """rfa-doc-mt: document-level machine translation with efficient attention, as a fairseq
 plugin. ``fairseq-train --user-dir rfa_doc_mt`` imports this package, which registers the
-``doc_translation`` task, the models and the ``finetune_adam`` optimizer."""
+``doc_translation`` task, the models and the ``finetune_adam`` optimizer.
 
-from . import compat  # noqa: F401  (first: adapts fairseq to this torch before anything loads)
-from . import tasks, models, optim  # noqa: F401
+Some command-line tools need no fairseq registration: ``python -m rfa_doc_mt.generation.collect``
+and ``python -m rfa_doc_mt.scoring.bleu``, which every decode runs once, and
+``python -m rfa_doc_mt.reproduce``, which runs the others. Started that way, the package skips
+the registration (3-4 s of imports each time); every other use registers.
+"""
+
+import sys
 
 __version__ = "0.1.0"
+
+# modules whose `python -m` run needs no fairseq registration
+LIGHT_TOOLS = ("rfa_doc_mt.generation.collect", "rfa_doc_mt.scoring.bleu", "rfa_doc_mt.reproduce")
+
+
+def _started_as_light_tool() -> bool:
+    # While `python -m PACKAGE.MODULE` imports PACKAGE, sys.argv[0] is "-m" (Python's documented
+    # behaviour); sys.orig_argv holds the command line as given.
+    if sys.argv[:1] != ["-m"]:
+        return False
+    argv = getattr(sys, "orig_argv", [])
+    return "-m" in argv[:-1] and argv[argv.index("-m") + 1] in LIGHT_TOOLS
+
+
+if not _started_as_light_tool():
+    # isort: off
+    from . import compat  # noqa: F401  (first: adapts fairseq to this torch before anything loads)
+    from . import tasks, models, optim  # noqa: F401
+    # isort: on

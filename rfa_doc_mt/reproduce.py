@@ -183,7 +183,8 @@ def system_results(run_dir: str, parent_dir: Optional[str] = None) -> dict:
     return result
 
 
-VALID_LINE = re.compile(r"valid on '(?P<subset>[^']+)' subset \| loss (?P<loss>[-0-9.]+) .*?\| num_updates (?P<updates>\d+)")
+VALID_LINE = re.compile(r"valid on '(?P<subset>[^']+)' subset \| loss (?P<loss>[-0-9.]+) "
+                        r".*?\| num_updates (?P<updates>\d+)")
 UPDATES = re.compile(r"num_updates[ =](\d+)")
 
 
@@ -656,7 +657,8 @@ def data_problems(data: str, needs_consistency: bool, selects_on_consistency: bo
                         "(scripts/prepare_consistency.sh writes them)")
     if selects_on_consistency and not os.path.isfile(os.path.join(data, "valid_consistency", "consistency.json")):
         problems.append(f"{data}/valid_consistency: missing: these configs select checkpoints on the consistency of "
-                        "contrastive dev sets (scripts/prepare_consistency.sh --out DATA/valid_consistency DEV.json ...)")
+                        "contrastive dev sets "
+                        "(scripts/prepare_consistency.sh --out DATA/valid_consistency DEV.json ...)")
     return problems
 
 
@@ -683,10 +685,9 @@ def config_problems(systems: Sequence[System]) -> List[str]:
 
         # fairseq's import announces an optional package it lacks; not this script's business
         logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
-        import rfa_doc_mt  # noqa: F401  (registers this project's architectures)
         from fairseq.models import ARCH_MODEL_REGISTRY
 
-        from . import models  # noqa: F401
+        from . import models  # noqa: F401  (registers this project's architectures)
 
         for config, arch in archs.items():
             if arch not in ARCH_MODEL_REGISTRY:

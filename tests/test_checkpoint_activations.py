@@ -12,17 +12,28 @@ magnitude, with the log-softmax over the vocabulary and the sum over the batch's
 
 import pytest
 import torch
-from fairseq.data import Dictionary
-
 from conftest import assert_fp32_close, transformer_terms
+from fairseq.data import Dictionary
 from model_helpers import build_model
 
 import rfa_doc_mt  # noqa: F401  (registers the models)
 from rfa_doc_mt.models.doc_transformer import DocTransformerModel, doc_transformer_tiny
-from rfa_doc_mt.models.lsh_transformer import LSHDocTransformerModel, lsh_doc_transformer_tiny
-from rfa_doc_mt.models.long_short_transformer import LongShortTermMaskingTransformerModel, long_short_doc_transformer_tiny
-from rfa_doc_mt.models.memory_transformer import MemoryDocTransformerModel, memory_doc_transformer_tiny
-from rfa_doc_mt.models.rfa_transformer import RFADocTransformerModel, rfa_doc_transformer_tiny
+from rfa_doc_mt.models.long_short_transformer import (
+    LongShortTermMaskingTransformerModel,
+    long_short_doc_transformer_tiny,
+)
+from rfa_doc_mt.models.lsh_transformer import (
+    LSHDocTransformerModel,
+    lsh_doc_transformer_tiny,
+)
+from rfa_doc_mt.models.memory_transformer import (
+    MemoryDocTransformerModel,
+    memory_doc_transformer_tiny,
+)
+from rfa_doc_mt.models.rfa_transformer import (
+    RFADocTransformerModel,
+    rfa_doc_transformer_tiny,
+)
 
 DICTIONARY = Dictionary()
 WORDS = [DICTIONARY.add_symbol(f"w{k}") for k in range(40)]

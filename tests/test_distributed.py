@@ -391,7 +391,10 @@ def test_interleaved_group_shards_give_each_worker_whole_groups_in_fairseq_round
 
 
 def memory_task(corpus):
-    from rfa_doc_mt.tasks.doc_translation import DocTranslationConfig, DocTranslationTask
+    from rfa_doc_mt.tasks.doc_translation import (
+        DocTranslationConfig,
+        DocTranslationTask,
+    )
 
     with open(os.path.join(corpus, "prep.json")) as f:
         languages = json.load(f)
@@ -444,7 +447,10 @@ def test_memory_training_refuses_torch_ddp_with_a_message(corpus, tmp_path):
     from fairseq.distributed import ModuleProxyWrapper
     from model_helpers import build_model
 
-    from rfa_doc_mt.models.memory_transformer import MemoryDocTransformerModel, memory_doc_transformer_tiny
+    from rfa_doc_mt.models.memory_transformer import (
+        MemoryDocTransformerModel,
+        memory_doc_transformer_tiny,
+    )
 
     task = memory_task(corpus)
     model = build_model(MemoryDocTransformerModel, memory_doc_transformer_tiny, task)

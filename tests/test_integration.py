@@ -76,7 +76,8 @@ def test_generate_collect_and_score(corpus, models, tmp_path, decode_mode):
     log = tmp_path / "generate.log"
     log.write_text(run(tool("fairseq-generate"), corpus, "--user-dir", USER_DIR, "--task", "doc_translation",
                        "--context-size", "1", "--decode-mode", decode_mode, "--path", models[2],
-                       "--gen-subset", "test", "--beam", "2", "--batch-size", "16", "--max-len-a", "1.2", "--max-len-b", "10"))
+                       "--gen-subset", "test", "--beam", "2", "--batch-size", "16",
+                       "--max-len-a", "1.2", "--max-len-b", "10"))
     prefix = str(tmp_path / "test")
     run(sys.executable, "-m", "rfa_doc_mt.generation.collect", str(log), "--data", corpus, "--split", "test",
         "--target-lang", "tgt", "--out", prefix)

@@ -9,9 +9,16 @@ from conftest import FP32_EPS, assert_fp32_close, transformer_terms
 
 import rfa_doc_mt  # noqa: F401  (registers the task and models)
 from rfa_doc_mt.modules.lsh_attention import (
-    LSHCrossAttention, LSHSelfAttention, hash_vectors, lsh_cross_attention, lsh_self_attention,
-    random_ranks, random_rotations, reference_lsh_cross_attention, reference_lsh_self_attention)
-
+    LSHCrossAttention,
+    LSHSelfAttention,
+    hash_vectors,
+    lsh_cross_attention,
+    lsh_self_attention,
+    random_ranks,
+    random_rotations,
+    reference_lsh_cross_attention,
+    reference_lsh_self_attention,
+)
 
 
 def op_terms(dim, keys):
@@ -275,7 +282,8 @@ def test_causal_outputs_do_not_depend_on_later_positions():
     for t in (0, 5, 11, 22):
         inputs = [shared_qk.clone().requires_grad_(), values.clone().requires_grad_()]
         output = lsh_self_attention(*inputs, classes, chunk_size=4, causal=True)
-        probe = torch.randn(output[:, :, t].shape, generator=torch.Generator().manual_seed(t))  # see conftest.probe_like
+        # a random projection of the output (see conftest.probe_like)
+        probe = torch.randn(output[:, :, t].shape, generator=torch.Generator().manual_seed(t))
         (output[:, :, t] * probe).sum().backward()
         for tensor in inputs:
             assert t == 22 or tensor.grad[:, :, t + 1:].abs().max() == 0
@@ -410,7 +418,8 @@ def test_beam_reordering_continues_the_selected_hypotheses():
     fresh_cross, _ = decode_step_by_step(cross_attention, replayed, encoder_out.index_select(1, new_order))
     assert_fp32_close(continued_self, fresh_self[before:], module_terms(self_attention, before + after),
                       name="self after reorder")
-    assert_fp32_close(continued_cross, fresh_cross[before:], module_terms(cross_attention, 11), name="cross after reorder")
+    assert_fp32_close(continued_cross, fresh_cross[before:], module_terms(cross_attention, 11),
+                      name="cross after reorder")
 
 
 def test_attention_dropout_only_in_training():
@@ -460,6 +469,7 @@ def test_low_precision_inputs_use_fp32_math():
 def build_model(*options):
     from fairseq.data import Dictionary
     from fairseq.models import ARCH_CONFIG_REGISTRY
+
     from rfa_doc_mt.models.lsh_transformer import LSHDocTransformerModel
 
     parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)

@@ -9,20 +9,34 @@ import subprocess
 
 import pytest
 import torch
+from conftest import (
+    assert_fp32_close,
+    low_precision_tolerance,
+    probe_like,
+    transformer_terms,
+)
 from fairseq import options
 from fairseq.data import Dictionary
+from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
-
-from conftest import assert_fp32_close, low_precision_tolerance, probe_like, transformer_terms
 from model_helpers import build_model, max_difference
 
-from fairseq.models import ARCH_CONFIG_REGISTRY
 import rfa_doc_mt  # noqa: F401  (registers the task and the baseline)
-from rfa_doc_mt.models.doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny
+from rfa_doc_mt.models.doc_transformer import (
+    DocTransformerModel,
+    doc_transformer,
+    doc_transformer_tiny,
+)
 from rfa_doc_mt.models.long_short_transformer import (
-    LongShortTermMaskingTransformerModel, long_short_doc_transformer, long_short_doc_transformer_tiny)
+    LongShortTermMaskingTransformerModel,
+    long_short_doc_transformer,
+    long_short_doc_transformer_tiny,
+)
 from rfa_doc_mt.modules.long_short_attention import (
-    LongShortMultiheadAttention, aligned_source_sentence, long_short_attention_reference)
+    LongShortMultiheadAttention,
+    aligned_source_sentence,
+    long_short_attention_reference,
+)
 from rfa_doc_mt.modules.sentences import sentence_ids
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

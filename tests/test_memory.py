@@ -11,27 +11,38 @@ import os
 import numpy as np
 import pytest
 import torch
-from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+from conftest import assert_fp32_close, low_precision_tolerance, transformer_terms
+from fairseq.criterions.label_smoothed_cross_entropy import (
+    LabelSmoothedCrossEntropyCriterion,
+)
 from fairseq.data import Dictionary
 from fairseq.optim.lr_scheduler.inverse_square_root_schedule import (
-    InverseSquareRootLRScheduleConfig, InverseSquareRootSchedule)
+    InverseSquareRootLRScheduleConfig,
+    InverseSquareRootSchedule,
+)
 from fairseq.sequence_generator import SequenceGenerator
-
-from conftest import assert_fp32_close, low_precision_tolerance, transformer_terms
 from model_helpers import build_model, max_difference
 
 import rfa_doc_mt  # noqa: F401  (registers the task and the baseline)
 from rfa_doc_mt.data.io import Document
 from rfa_doc_mt.data.windows import (
-    DocumentWindowDataset, document_groups, document_ordered_batches, group_members, memory_training_batches,
-    parse_optimization_window)
+    DocumentWindowDataset,
+    document_groups,
+    document_ordered_batches,
+    group_members,
+    memory_training_batches,
+    parse_optimization_window,
+)
 from rfa_doc_mt.generation import memory_decoding
-from rfa_doc_mt.tasks import memory_steps
 from rfa_doc_mt.generation.memory_decoding import DocumentMemories, collate_sentences
 from rfa_doc_mt.models.doc_transformer import DocTransformerModel, doc_transformer_tiny
-from rfa_doc_mt.models.memory_transformer import MemoryDocTransformerModel, memory_doc_transformer_tiny
-from rfa_doc_mt.optim.finetune_adam import FinetuneAdam, FinetuneAdamConfig
+from rfa_doc_mt.models.memory_transformer import (
+    MemoryDocTransformerModel,
+    memory_doc_transformer_tiny,
+)
 from rfa_doc_mt.modules.recurrent_memory import MemorySelfAttention, RecurrentMemory
+from rfa_doc_mt.optim.finetune_adam import FinetuneAdam, FinetuneAdamConfig
+from rfa_doc_mt.tasks import memory_steps
 
 DICTIONARY = Dictionary()
 WORDS = [DICTIONARY.add_symbol(f"w{k}") for k in range(48)]
@@ -335,8 +346,8 @@ def test_incremental_decoding_with_memory_matches_full_forward_and_beam_reorderi
             steps = [s.index_select(0, order) for s in steps]
         steps.append(model.decoder(prev[:, :step + 1], encoder_out, incremental_state=incremental_state)[0][:, -1:])
     real = prev.ne(PAD).unsqueeze(-1)  # padded positions differ: a full pass masks padding keys
-    assert_fp32_close(torch.cat(steps, dim=1) * real, full * real, model_terms(net_input["src_tokens"].size(1), prev.size(1)),
-                      name="incremental with memory vs full")
+    terms = model_terms(net_input["src_tokens"].size(1), prev.size(1))
+    assert_fp32_close(torch.cat(steps, dim=1) * real, full * real, terms, name="incremental with memory vs full")
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -382,7 +393,8 @@ def test_decoding_documents_equals_decoding_sentences_one_by_one(beam):
 
 def test_finetune_adam_gives_new_and_pretrained_parameters_their_learning_rates():
     model = build_memory()
-    optimizer = FinetuneAdam(FinetuneAdamConfig(lr=[3e-4], pretrained_lr_scale=0.2, adam_betas="(0.9, 0.98)", tpu=False), model.parameters())
+    config = FinetuneAdamConfig(lr=[3e-4], pretrained_lr_scale=0.2, adam_betas="(0.9, 0.98)", tpu=False)
+    optimizer = FinetuneAdam(config, model.parameters())
     groups = {group["lr_scale"]: group for group in optimizer.param_groups}
     assert set(groups) == {1.0, 0.2}
     new = {id(p) for p in groups[1.0]["params"]}
@@ -398,7 +410,8 @@ def test_finetune_adam_gives_new_and_pretrained_parameters_their_learning_rates(
         assert optimizer.get_lr() == pytest.approx(lr)
     untagged = [torch.nn.Parameter(torch.zeros(2))]
     with pytest.raises(ValueError, match="tagged"):
-        FinetuneAdam(FinetuneAdamConfig(lr=[3e-4], pretrained_lr_scale=0.2, adam_betas="(0.9, 0.98)", tpu=False), untagged)
+        FinetuneAdam(FinetuneAdamConfig(lr=[3e-4], pretrained_lr_scale=0.2, adam_betas="(0.9, 0.98)", tpu=False),
+                     untagged)
 
 
 # ---- consistency scoring -----------------------------------------------------------------------
@@ -435,7 +448,10 @@ def corpus(tmp_path_factory):
 def test_task_trains_validates_and_decodes_documents_in_order(corpus):
     from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 
-    from rfa_doc_mt.tasks.doc_translation import DocTranslationConfig, DocTranslationTask
+    from rfa_doc_mt.tasks.doc_translation import (
+        DocTranslationConfig,
+        DocTranslationTask,
+    )
 
     with open(os.path.join(corpus, "prep.json")) as f:
         languages = json.load(f)

@@ -11,11 +11,28 @@ import sacrebleu
 
 from rfa_doc_mt.data import prepare
 from rfa_doc_mt.data.io import DataError, read_docs, read_lines
-from rfa_doc_mt.data.text import (KNOWN_LANGUAGES, Postprocessor, Preprocessor, SentencePieceEncoder,
-                                  train_truecaser)
-from rfa_doc_mt.data.voita import read_context_aware, read_contrastive, split_sentences, validate_contrastive
-from rfa_doc_mt.data.wit3 import (DEV_SETS, TEST_SETS, read_parallel_train_tags, read_parallel_wit3_xml,
-                                  read_train_tags, read_wit3_sets, read_wit3_xml)
+from rfa_doc_mt.data.text import (
+    KNOWN_LANGUAGES,
+    Postprocessor,
+    Preprocessor,
+    SentencePieceEncoder,
+    train_truecaser,
+)
+from rfa_doc_mt.data.voita import (
+    read_context_aware,
+    read_contrastive,
+    split_sentences,
+    validate_contrastive,
+)
+from rfa_doc_mt.data.wit3 import (
+    DEV_SETS,
+    TEST_SETS,
+    read_parallel_train_tags,
+    read_parallel_wit3_xml,
+    read_train_tags,
+    read_wit3_sets,
+    read_wit3_xml,
+)
 
 SHARED_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 IWSLT_DIR = os.path.join(SHARED_DATA, "iwslt15-zh-en")
@@ -294,8 +311,10 @@ def test_iwslt15_prepares_train_tags_when_present(tmp_path, capsys):
     for lang, text in TRAIN_TAGS.items():
         write(wit3 / f"train.tags.zh-en.{lang}", text)
     for set_name in DEV_SETS + TEST_SETS:
-        write(wit3 / f"IWSLT15.TED.{set_name}.zh-en.en.xml", WIT3_XML.format(lang="english", first="Hello.", third="Bye."))
-        write(wit3 / f"IWSLT15.TED.{set_name}.zh-en.zh.xml", WIT3_XML.format(lang="chinese", first="你好。", third="再见。"))
+        for lang, language, first, third in (("en", "english", "Hello.", "Bye."),
+                                             ("zh", "chinese", "你好。", "再见。")):
+            write(wit3 / f"IWSLT15.TED.{set_name}.zh-en.{lang}.xml",
+                  WIT3_XML.format(lang=language, first=first, third=third))
     out = tmp_path / "out"
     assert prepare.main(["iwslt15", "--wit3-dir", str(wit3), "--out", str(out), "--workers", "1"]) == 0
     printed = capsys.readouterr().out

@@ -13,8 +13,17 @@ import pytest
 
 from rfa_doc_mt.data.io import DataError
 from rfa_doc_mt.reproduce import (
-    EMBEDDED, EXPERIMENTS, FULL_BUDGET, System, config_problems, data_problems, embedded_train_args, learning_curve,
-    prepare_embedded, systems_to_train)
+    EMBEDDED,
+    EXPERIMENTS,
+    FULL_BUDGET,
+    System,
+    config_problems,
+    data_problems,
+    embedded_train_args,
+    learning_curve,
+    prepare_embedded,
+    systems_to_train,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -185,7 +194,9 @@ def test_every_embedded_system_gets_the_same_budget_and_the_memory_stages_share_
             if not any(s.starts_from == system.key for s in systems.values()):  # a table row
                 totals.add(updates)
             # every system validates (and picks checkpoint_best.pt) at the same updates
-            assert args[args.index("--validate-interval-updates") + 1] == args[args.index("--save-interval-updates") + 1]
+            value = {option: args[args.index(option) + 1]
+                     for option in ("--validate-interval-updates", "--save-interval-updates")}
+            assert value["--validate-interval-updates"] == value["--save-interval-updates"]
         assert totals == {budget}
 
 

@@ -13,13 +13,29 @@ from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
 
 import rfa_doc_mt  # noqa: F401  (registers the task and models)
-from rfa_doc_mt.models.rfa_transformer import RFADocTransformerModel, rfa_doc_transformer_tiny
+from rfa_doc_mt.models.rfa_transformer import (
+    RFADocTransformerModel,
+    rfa_doc_transformer_tiny,
+)
 from rfa_doc_mt.modules.random_feature_attention import (
-    NORMALISER_FLOOR, RandomFeatureCausalAttention, RandomFeatureCrossAttention, RandomMatrices, causal_rfa_step,
+    NORMALISER_FLOOR,
+    RandomFeatureCausalAttention,
+    RandomFeatureCrossAttention,
+    RandomMatrices,
+    causal_rfa_step,
     chunked_causal_rfa,
-    cross_rfa_readout, cross_rfa_state, final_key_weights, incremental_causal_rfa, orthogonal_random_matrices,
-    positive_random_features, random_fourier_features, reference_causal_rfa, reference_cross_rfa, sentence_gates,
-    split_state)
+    cross_rfa_readout,
+    cross_rfa_state,
+    final_key_weights,
+    incremental_causal_rfa,
+    orthogonal_random_matrices,
+    positive_random_features,
+    random_fourier_features,
+    reference_causal_rfa,
+    reference_cross_rfa,
+    sentence_gates,
+    split_state,
+)
 from rfa_doc_mt.modules.sentences import sentence_ids, sentence_starts
 
 PAD, EOS, SEP = 1, 2, 3
@@ -328,7 +344,8 @@ def test_causal_module_incremental_equals_full(gate, feature_map):
     log_forget, _ = module._gates(x, padding)
     module.sentence_starts = None
     terms = causal_module_terms(module, 41) + decay_terms(41, log_forget)
-    assert_fp32_close(incremental * real, full * real, terms, name=f"causal module {gate} {feature_map} full-incremental")
+    assert_fp32_close(incremental * real, full * real, terms,
+                      name=f"causal module {gate} {feature_map} full-incremental")
 
 
 @pytest.mark.parametrize("gate", GATES)
@@ -500,7 +517,8 @@ def norm_rescale_reference(module, query, encoder_out, src):
                                                                     module.gate_variant, src.eq(PAD)))
     a = torch.einsum("bhtf,bhsf->bhts", phi_q, phi_k) * key_weight[:, :, None, :]
     out = (a @ v) / a.sum(-1, keepdim=True).clamp(min=NORMALISER_FLOOR)
-    summary = torch.einsum("bhsf,bhsd->bhfd", phi_k * key_weight[..., None], torch.cat([v, torch.ones_like(v[..., :1])], -1))
+    v_and_ones = torch.cat([v, torch.ones_like(v[..., :1])], -1)
+    summary = torch.einsum("bhsf,bhsd->bhfd", phi_k * key_weight[..., None], v_and_ones)
     return module.out_proj(out.permute(2, 0, 1, 3).reshape(time, batch, heads * dim)), summary
 
 
@@ -516,7 +534,8 @@ def test_norm_rescale_forms_agree_with_the_formula(cross_gate):
     trained, _ = module(inputs[0], inputs[1], inputs[1], key_padding_mask=src.eq(PAD))
     summary = module.source_state(inputs[1], src.eq(PAD), module.random_matrices.eval_matrix, starts)
     terms = causal_module_terms(module, 11) + (decay_terms(11, torch.ones(1, 1, 11)) if cross_gate else 0)
-    assert_fp32_close(trained, reference, terms, name=f"norm-rescale training form vs formula (cross gate {cross_gate})")
+    assert_fp32_close(trained, reference, terms,
+                      name=f"norm-rescale training form vs formula (cross gate {cross_gate})")
     assert_fp32_close(summary, reference_summary, terms, name="summary vs formula")
     # gradients (the backward pass: each sum again, transposed)
     weights = torch.randn_like(reference)

@@ -15,7 +15,11 @@ import torch
 from rfa_doc_mt.data import prepare
 from rfa_doc_mt.data.io import DataError, Document, read_docs, read_lines
 from rfa_doc_mt.data.text import Postprocessor, Preprocessor, train_truecaser
-from rfa_doc_mt.data.voita import distinct_candidates, read_context_aware, read_contrastive
+from rfa_doc_mt.data.voita import (
+    distinct_candidates,
+    read_context_aware,
+    read_contrastive,
+)
 from rfa_doc_mt.data.windows import DocumentWindowDataset
 from rfa_doc_mt.data.wit3 import read_train_tags
 from rfa_doc_mt.scoring.consistency import accuracy_report, contrastive_files
@@ -40,7 +44,8 @@ def failing(argv, capsys):
     return capsys.readouterr().err
 
 
-def raw_split(directory, split, source_lang="src", target_lang="tgt", lines=("a b", "c d", "e f"), docs="2\tone\n1\ttwo\n"):
+def raw_split(directory, split, source_lang="src", target_lang="tgt", lines=("a b", "c d", "e f"),
+              docs="2\tone\n1\ttwo\n"):
     write(os.path.join(directory, f"{split}.{source_lang}"), "".join(line + "\n" for line in lines))
     write(os.path.join(directory, f"{split}.{target_lang}"), "".join(line.upper() + "\n" for line in lines))
     write(os.path.join(directory, f"{split}.docs"), docs)
@@ -282,7 +287,8 @@ def test_contrastive_sets_for_another_language_pair_are_refused(tmp_path, capsys
            f"the corpus {corpus} translates zh -> en (Han -> Latin script)" in message
     message = failing(["consistency", "--json", sets, "--prep", str(corpus), "--out", str(out),
                        "--source-lang", "en", "--target-lang", "ru"], capsys)
-    assert f"the sets are en -> ru (--source-lang/--target-lang), but the corpus {corpus} translates zh -> en" in message
+    assert (f"the sets are en -> ru (--source-lang/--target-lang), but the corpus {corpus} translates zh -> en"
+            in message)
     assert not out.exists()
     zh_en = write(tmp_path / "zh_en.json", json.dumps([{
         "src": "我 看见 你 了 。 _eos 是 吗 ？", "dst": ["I saw you . _eos Did you ?", "I saw you . _eos Do you ?"],

@@ -6,7 +6,11 @@ import sacrebleu
 from rfa_doc_mt.data.io import DataError, Document
 from rfa_doc_mt.data.voita import read_contrastive
 from rfa_doc_mt.scoring import bleu
-from rfa_doc_mt.scoring.consistency import accuracy_report, phenomenon_name, pooled_report
+from rfa_doc_mt.scoring.consistency import (
+    accuracy_report,
+    phenomenon_name,
+    pooled_report,
+)
 
 HYPOTHESES = ["the cat sat on the mat", "a dog barked", "it was loud", "birds sing in the morning", "we listened"]
 REFERENCES = ["the cat sat on a mat", "the dog barked", "it was very loud", "birds sing every morning", "we listened"]

@@ -1,6 +1,10 @@
 import torch
 
-from rfa_doc_mt.modules.sentences import same_sentence_mask, sentence_ids, sentence_starts
+from rfa_doc_mt.modules.sentences import (
+    same_sentence_mask,
+    sentence_ids,
+    sentence_starts,
+)
 
 PAD, EOS, SEP = 1, 2, 3
 

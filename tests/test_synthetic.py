@@ -16,8 +16,21 @@ import pytest
 from rfa_doc_mt.data import synthetic
 from rfa_doc_mt.data.io import document_offsets, read_docs, read_lines
 from rfa_doc_mt.data.synthetic import (
-    AMBIGUOUS_NOUNS, LEXICON, PHENOMENA, PRONOUN, PRONOUN_TARGET, SEPARATOR, TOO_TARGET, YOU,
-    YOU_TARGET, DOES, UnresolvedContext, translate_document, translate_sentence, write_corpus)
+    AMBIGUOUS_NOUNS,
+    DOES,
+    LEXICON,
+    PHENOMENA,
+    PRONOUN,
+    PRONOUN_TARGET,
+    SEPARATOR,
+    TOO_TARGET,
+    YOU,
+    YOU_TARGET,
+    UnresolvedContext,
+    translate_document,
+    translate_sentence,
+    write_corpus,
+)
 
 NUM_PAIRS = 250
 

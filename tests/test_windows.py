@@ -4,8 +4,13 @@ import torch
 
 from rfa_doc_mt.data.io import DataError, Document
 from rfa_doc_mt.data.windows import (
-    DocumentWindowDataset, build_window_index, current_sentence_mask, document_ordered_batches,
-    join_window, last_sentence)
+    DocumentWindowDataset,
+    build_window_index,
+    current_sentence_mask,
+    document_ordered_batches,
+    join_window,
+    last_sentence,
+)
 from rfa_doc_mt.tasks.doc_translation import keep_last_sentence
 
 PAD, EOS, SEP = 1, 2, 3
@@ -108,6 +113,7 @@ def test_document_ordered_batches_keep_sentence_order_within_documents():
 
 def test_position_limit_names_document_and_sentence():
     dataset = make_dataset(DOCS, context_size=3)
-    with pytest.raises(DataError, match=r"test\.docs: the source window of document 'c' \(document 3\), sentence 4 has 12 tokens"):
+    with pytest.raises(DataError, match=r"test\.docs: the source window of document 'c' \(document 3\), "
+                                        r"sentence 4 has 12 tokens"):
         dataset.check_positions(9, 100, "test.docs")
     dataset.check_positions(100, 100, "test.docs")

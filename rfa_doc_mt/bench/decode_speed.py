@@ -42,7 +42,13 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from .common import commit_info, machine_info, record_load_at_end, save_figure, write_json
+from .common import (
+    commit_info,
+    machine_info,
+    record_load_at_end,
+    save_figure,
+    write_json,
+)
 
 # paper 000, Table 3: batch size used to decode each window size L (32 GB A100; also its CPU runs)
 PAPER_BATCH_SIZES = {1: 1024, 2: 512, 3: 512, 4: 256, 5: 256, 10: 128, 15: 96}
@@ -264,6 +270,7 @@ def scaled_batch_size(window_size: int, scale: float) -> int:
 
 def run(args) -> Dict:
     import rfa_doc_mt  # noqa: F401  (registers the task and the models)
+
     from ..models import doc_transformer, rfa_transformer  # noqa: F401  (the two models compared)
 
     if args.threads:

@@ -36,7 +36,13 @@ from typing import Dict, List, Optional
 
 import torch
 
-from .common import commit_info, machine_info, record_load_at_end, save_figure, write_json
+from .common import (
+    commit_info,
+    machine_info,
+    record_load_at_end,
+    save_figure,
+    write_json,
+)
 
 LENGTHS = (100, 250, 500, 1000, 1500, 2000)
 QUICK_LENGTHS = (100, 500, 1000)

@@ -14,7 +14,6 @@ import tempfile
 from dataclasses import dataclass
 from typing import Iterator, List, Sequence, Tuple
 
-
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

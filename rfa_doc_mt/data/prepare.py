@@ -3,7 +3,8 @@
     python -m rfa_doc_mt.data.prepare iwslt15 --wit3-dir DIR --out DIR [--bpe-size 30000]
     python -m rfa_doc_mt.data.prepare opensubtitles --data-dir DIR --out DIR [--bpe-size 30000]
     python -m rfa_doc_mt.data.prepare consistency --json FILE [FILE ...] --prep DIR --out DIR
-    python -m rfa_doc_mt.data.prepare synthetic --out DIR [--seed 1] [--{train,valid,test}-documents N] [--contrastive-pairs N]
+    python -m rfa_doc_mt.data.prepare synthetic --out DIR [--seed 1] [--{train,valid,test}-documents N]
+        [--contrastive-pairs N]
     python -m rfa_doc_mt.data.prepare binarize --raw DIR --out DIR --source-lang S --target-lang T
 
 Steps shared by the corpora, all written into a hidden directory beside ``--out`` that is
@@ -34,14 +35,48 @@ import sys
 import tempfile
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from .io import (DataError, Document, atomic_write, check_parallel, read_docs, read_lines, read_text, write_docs,
-                 write_lines)
-from .text import (FIRST_WORD_TRUECASING, JIEBA_LANGUAGES, Preprocessor, SentencePieceEncoder, TextDocument,
-                   check_language, default_tokenizer, detect_script, language_script, load_prep, train_truecaser,
-                   truecasing_of, uses_truecasing)
-from .voita import count_repeats, map_contrastive, read_context_aware, read_contrastive, write_contrastive
-from .wit3 import (DEV_SETS, TEST_SETS, describe_sets, find_train_tags, read_parallel_train_tags, read_wit3_sets,
-                   wit3_campaign)
+from .io import (
+    DataError,
+    Document,
+    atomic_write,
+    check_parallel,
+    read_docs,
+    read_lines,
+    read_text,
+    write_docs,
+    write_lines,
+)
+from .text import (
+    FIRST_WORD_TRUECASING,
+    JIEBA_LANGUAGES,
+    Preprocessor,
+    SentencePieceEncoder,
+    TextDocument,
+    check_language,
+    default_tokenizer,
+    detect_script,
+    language_script,
+    load_prep,
+    train_truecaser,
+    truecasing_of,
+    uses_truecasing,
+)
+from .voita import (
+    count_repeats,
+    map_contrastive,
+    read_context_aware,
+    read_contrastive,
+    write_contrastive,
+)
+from .wit3 import (
+    DEV_SETS,
+    TEST_SETS,
+    describe_sets,
+    find_train_tags,
+    read_parallel_train_tags,
+    read_wit3_sets,
+    wit3_campaign,
+)
 
 SPLITS = ("train", "valid", "test")
 DEFAULT_BPE_SIZE = 30000  # joint BPE size of paper 000
@@ -194,7 +229,8 @@ def preprocess_sentences(sentences: Sequence[str], lang: str, tokenizer: str, tr
             processed.append(preprocessor(sentence))
             progress()
     else:
-        with multiprocessing.Pool(workers, initializer=_start_worker, initargs=(lang, truecase_model, tokenizer)) as pool:
+        with multiprocessing.Pool(workers, initializer=_start_worker,
+                                  initargs=(lang, truecase_model, tokenizer)) as pool:
             for sentence in pool.imap(_preprocess_in_worker, sentences, chunksize=1000):
                 processed.append(sentence)
                 progress()
@@ -220,8 +256,9 @@ def tokenize_corpus(stage: str, splits: Dict[str, Tuple[List[TextDocument], List
             train_truecaser(tokenized[learn_split], os.path.join(stage, model_name))
             truecase_models[lang] = model_name
             for split in splits:
-                tokenized[split] = preprocess_sentences(
-                    tokenized[split], lang, "given", os.path.join(stage, model_name), workers, f"truecasing {split}.{lang}")
+                tokenized[split] = preprocess_sentences(tokenized[split], lang, "given",
+                                                        os.path.join(stage, model_name), workers,
+                                                        f"truecasing {split}.{lang}")
         for split in splits:
             write_lines(os.path.join(raw, f"{split}.{lang}"), tokenized[split])
     return truecase_models
@@ -299,7 +336,8 @@ def _run_fairseq_preprocess(arguments: List[str]) -> None:
                 log("  " + summary)
     if process.wait() != 0:
         raise PrepareError(
-            f"fairseq-preprocess failed (exit {process.returncode}):\n  {shlex.join(command)}\n" + "".join(output[-20:]))
+            f"fairseq-preprocess failed (exit {process.returncode}):\n  {shlex.join(command)}\n"
+            + "".join(output[-20:]))
 
 
 def write_sentencepiece_dictionary(vocabulary_path: str, dictionary_path: str) -> int:
@@ -401,7 +439,8 @@ def prepare_parallel_corpus(corpus: str, splits: Dict[str, Tuple[List[TextDocume
                         [sentence for document in target for sentence in document.sentences])
         truecase_models = tokenize_corpus(stage, splits, languages, tokenizers, learn_split, workers)
 
-        log(f"learning joint BPE (sentencepiece, size {bpe_size}) on {learn_split}.{source_lang} + {learn_split}.{target_lang}")
+        log(f"learning joint BPE (sentencepiece, size {bpe_size}) on {learn_split}.{source_lang} + "
+            f"{learn_split}.{target_lang}")
         coverage = 0.9995 if set(languages) & set(JIEBA_LANGUAGES) else 1.0  # sentencepiece's advice for CJK
         learned_size = train_sentencepiece(
             [os.path.join(stage, "raw", f"{learn_split}.{lang}") for lang in languages],
@@ -805,7 +844,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add_workers(subparser):
         subparser.add_argument("--workers", type=int, default=default_workers,
-                               help=f"processes for tokenization, BPE and fairseq-preprocess (default {default_workers})")
+                               help="processes for tokenization, BPE and fairseq-preprocess "
+                                    f"(default {default_workers})")
 
     iwslt = commands.add_parser("iwslt15", help="TED talks from WIT3 files (IWSLT15 zh-en by default; any "
                                                  "IWSLT campaign's sets with --valid-sets/--test-sets)")

@@ -12,7 +12,8 @@
 """
 
 import json
-from typing import Callable, List, Sequence, Tuple
+import os
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from .io import DataError, atomic_write, read_text, text_lines
 from .text import TextDocument, check_parallel_documents
@@ -41,8 +42,8 @@ def join_sentences(sentences: Sequence[str]) -> str:
     return f" {SENTENCE_SEPARATOR} ".join(sentences)
 
 
-def read_context_aware(source_path: str, target_path: str,
-                       sentences_per_document: int = SENTENCES_PER_DOCUMENT) -> Tuple[List[TextDocument], List[TextDocument]]:
+def read_context_aware(source_path: str, target_path: str, sentences_per_document: int = SENTENCES_PER_DOCUMENT
+                       ) -> Tuple[List[TextDocument], List[TextDocument]]:
     """Both sides of a context-aware split: one document per line, ``line<n>`` named."""
     sides = []
     for path in (source_path, target_path):
@@ -142,3 +143,31 @@ def write_contrastive(path: str, examples: Sequence[dict]) -> None:
     with atomic_write(path) as handle:
         json.dump(list(examples), handle, ensure_ascii=False)
         handle.write("\n")
+
+
+def phenomenon_name(path: str) -> str:
+    name = os.path.splitext(os.path.basename(path))[0]
+    for suffix in ("_dev", "_test"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def contrastive_files(paths: Sequence[str], languages: Optional[Tuple[str, str]] = None) -> List[str]:
+    """Expand directories written by ``prepare consistency`` into the sets they list; stop when
+    a directory's sets were prepared for other ``languages`` (source, target) than the model's."""
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            manifest_path = os.path.join(path, "consistency.json")
+            if not os.path.isfile(manifest_path):
+                raise DataError(f"{manifest_path}: not found (is {path} written by `prepare consistency`?)")
+            manifest = json.loads(read_text(manifest_path))
+            prepared_for = (manifest.get("source_lang"), manifest.get("target_lang"))
+            if languages and None not in (*prepared_for, *languages) and prepared_for != tuple(languages):
+                raise DataError(f"{manifest_path}: these sets were prepared for {prepared_for[0]} -> "
+                                f"{prepared_for[1]}, but the model translates {languages[0]} -> {languages[1]}")
+            files += [os.path.join(path, name) for name in sorted(manifest["sets"])]
+        else:
+            files.append(path)
+    return files

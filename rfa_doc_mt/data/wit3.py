@@ -66,7 +66,8 @@ def _parse_wit3_xml(path: str) -> Tuple[List[TextDocument], Dict[str, List[str]]
                 raise DataError(f"{path}:{line}: empty segment in document {document.name!r}")
             ids = segment_ids[document.name]
             if state["segment_id"] in ids:
-                raise DataError(f"{path}:{line}: segment id {state['segment_id']!r} repeated in document {document.name!r}")
+                raise DataError(f"{path}:{line}: segment id {state['segment_id']!r} repeated in document "
+                                f"{document.name!r}")
             ids.append(state["segment_id"])
             document.sentences.append(sentence)
             document.line_numbers.append(line)
@@ -97,7 +98,8 @@ def read_parallel_wit3_xml(source_path: str, target_path: str) -> Tuple[List[Tex
     check_parallel_documents(source_path, target_path, source, target)
     for document in source:
         if source_ids[document.name] != target_ids[document.name]:
-            mismatch = next(i for i, (a, b) in enumerate(zip(source_ids[document.name], target_ids[document.name])) if a != b)
+            pairs = zip(source_ids[document.name], target_ids[document.name])
+            mismatch = next(i for i, (a, b) in enumerate(pairs) if a != b)
             raise DataError(
                 f"{source_path}:{document.line_of(mismatch)}: segment id {source_ids[document.name][mismatch]!r} of "
                 f"document {document.name!r} faces segment id {target_ids[document.name][mismatch]!r} in {target_path}")
@@ -155,7 +157,8 @@ def read_parallel_train_tags(source_path: str, target_path: str) -> Tuple[List[T
         raise DataError(f"{source_path} has {len(source)} talks but {target_path} has {len(target)}")
     kept_source, kept_target, dropped = [], [], 0
     for source_document, target_document in zip(source, target):
-        if len(source_document.sentences) != len(target_document.sentences) or source_document.name != target_document.name:
+        if (len(source_document.sentences) != len(target_document.sentences)
+                or source_document.name != target_document.name):
             check_parallel_documents(source_path, target_path, [source_document], [target_document])
         pairs = [i for i, (s, t) in enumerate(zip(source_document.sentences, target_document.sentences)) if s and t]
         dropped += len(source_document.sentences) - len(pairs)

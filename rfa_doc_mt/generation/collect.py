@@ -26,8 +26,17 @@ import re
 import sys
 from typing import Dict, List, Optional
 
-from ..data.io import (DataError, Document, atomic_write, read_docs, read_lines, read_text, text_lines,
-                       write_docs, write_lines)
+from ..data.io import (
+    DataError,
+    Document,
+    atomic_write,
+    read_docs,
+    read_lines,
+    read_text,
+    text_lines,
+    write_docs,
+    write_lines,
+)
 
 HYPOTHESIS_LINE = re.compile(r"^H-(\d+)\t(\S+)\t?(.*)$")
 

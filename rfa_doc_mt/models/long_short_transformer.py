@@ -17,14 +17,29 @@ from typing import Dict, List, Optional
 
 import torch
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerEncoderBase,
+)
+from fairseq.modules.transformer_layer import (
+    TransformerDecoderLayerBase,
+    TransformerEncoderLayerBase,
+)
 from fairseq.utils import safe_getattr
 from torch import Tensor
 
-from ..modules.long_short_attention import LongShortMultiheadAttention, aligned_source_sentence
+from ..modules.long_short_attention import (
+    LongShortMultiheadAttention,
+    aligned_source_sentence,
+)
 from ..modules.sentences import sentence_ids
-from .doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny, wrap_layer
+from .doc_transformer import (
+    DocTransformerModel,
+    doc_transformer,
+    doc_transformer_tiny,
+    wrap_layer,
+)
 
 LOCAL_ATTENTION_PLACES = ("encoder", "decoder", "cross")
 

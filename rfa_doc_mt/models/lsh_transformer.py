@@ -9,11 +9,23 @@ concatenated sentences (k + 1), rounded up to an even number. See configs/lsh/.
 
 from fairseq import utils
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerEncoderBase,
+)
+from fairseq.modules.transformer_layer import (
+    TransformerDecoderLayerBase,
+    TransformerEncoderLayerBase,
+)
 
 from ..modules.lsh_attention import LSHCrossAttention, LSHSelfAttention
-from .doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny, wrap_layer
+from .doc_transformer import (
+    DocTransformerModel,
+    doc_transformer,
+    doc_transformer_tiny,
+    wrap_layer,
+)
 
 LSH_ATTENTIONS = ("encoder-self", "decoder-self", "cross")
 

@@ -32,15 +32,27 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerEncoderBase,
+)
+from fairseq.modules.transformer_layer import (
+    TransformerDecoderLayerBase,
+    TransformerEncoderLayerBase,
+)
 from fairseq.utils import safe_getattr
 from torch import Tensor
 
 from ..generation.memory_decoding import collate_sentences
 from ..modules.recurrent_memory import MemorySelfAttention, RecurrentMemory
 from ..optim.finetune_adam import PRETRAINED_PARAMETERS
-from .doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny, wrap_layer
+from .doc_transformer import (
+    DocTransformerModel,
+    doc_transformer,
+    doc_transformer_tiny,
+    wrap_layer,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -23,10 +23,20 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq.utils import safe_getattr
 from torch import nn
 
-from ..modules.random_feature_attention import (FEATURE_MAPS, GATE_VARIANTS, RandomFeatureCausalAttention,
-                                                RandomFeatureCrossAttention, module_seed)
+from ..modules.random_feature_attention import (
+    FEATURE_MAPS,
+    GATE_VARIANTS,
+    RandomFeatureCausalAttention,
+    RandomFeatureCrossAttention,
+    module_seed,
+)
 from ..modules.sentences import sentence_starts
-from .doc_transformer import DocTransformerModel, doc_transformer, doc_transformer_tiny, wrap_layer
+from .doc_transformer import (
+    DocTransformerModel,
+    doc_transformer,
+    doc_transformer_tiny,
+    wrap_layer,
+)
 
 DEFAULT_GATE_BIAS = {"sgate": 2.0, "sgate-avg": 0.0, "none": 0.0}
 # the decoder attentions RFA can replace (the paper replaces both)

@@ -26,7 +26,9 @@ import torch
 from fairseq import utils
 from fairseq.modules import LayerNorm, MultiheadAttention
 from fairseq.modules.fairseq_dropout import FairseqDropout
-from fairseq.modules.sinusoidal_positional_embedding import SinusoidalPositionalEmbedding
+from fairseq.modules.sinusoidal_positional_embedding import (
+    SinusoidalPositionalEmbedding,
+)
 from torch import Tensor, nn
 
 

@@ -14,7 +14,14 @@ from typing import List, Sequence
 
 from sacrebleu.metrics import BLEU
 
-from ..data.io import DataError, Document, atomic_write, document_offsets, read_docs, read_lines
+from ..data.io import (
+    DataError,
+    Document,
+    atomic_write,
+    document_offsets,
+    read_docs,
+    read_lines,
+)
 
 
 @dataclass

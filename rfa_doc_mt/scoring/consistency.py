@@ -22,21 +22,20 @@ import json
 import os
 import sys
 from collections import defaultdict
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence
 
 import torch
 from fairseq.data import data_utils
 
-from ..data.io import DataError, atomic_write, read_text
-from ..data.voita import distinct_candidates, read_contrastive, split_sentences
+from ..data.io import DataError, atomic_write
+from ..data.voita import (
+    contrastive_files,
+    distinct_candidates,
+    phenomenon_name,
+    read_contrastive,
+    split_sentences,
+)
 from ..data.windows import current_sentence_mask, join_window
-
-def phenomenon_name(path: str) -> str:
-    name = os.path.splitext(os.path.basename(path))[0]
-    for suffix in ("_dev", "_test"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    return name
 
 
 def accuracy_report(examples: Sequence[dict], losses: Sequence[Sequence[float]]) -> dict:
@@ -123,7 +122,8 @@ class CandidateScorer:
             src_tokens = data_utils.collate_tokens(sources, pad, eos).to(self.device)
             src_lengths = torch.tensor([len(s) for s in sources], device=self.device)
             target = data_utils.collate_tokens(targets, pad, eos).to(self.device)
-            prev_output_tokens = data_utils.collate_tokens(targets, pad, eos, move_eos_to_beginning=True).to(self.device)
+            prev_output_tokens = data_utils.collate_tokens(targets, pad, eos,
+                                                           move_eos_to_beginning=True).to(self.device)
             net_output = self.model(src_tokens=src_tokens, src_lengths=src_lengths,
                                     prev_output_tokens=prev_output_tokens)
             log_probs = self.model.get_normalized_probs(net_output, log_probs=True).float()
@@ -161,31 +161,12 @@ class CandidateScorer:
         return losses
 
 
-def contrastive_files(paths: Sequence[str], languages: Optional[Tuple[str, str]] = None) -> List[str]:
-    """Expand directories written by ``prepare consistency`` into the sets they list; stop when
-    a directory's sets were prepared for other ``languages`` (source, target) than the model's."""
-    files = []
-    for path in paths:
-        if os.path.isdir(path):
-            manifest_path = os.path.join(path, "consistency.json")
-            if not os.path.isfile(manifest_path):
-                raise DataError(f"{manifest_path}: not found (is {path} written by `prepare consistency`?)")
-            manifest = json.loads(read_text(manifest_path))
-            prepared_for = (manifest.get("source_lang"), manifest.get("target_lang"))
-            if languages and None not in (*prepared_for, *languages) and prepared_for != tuple(languages):
-                raise DataError(f"{manifest_path}: these sets were prepared for {prepared_for[0]} -> "
-                                f"{prepared_for[1]}, but the model translates {languages[0]} -> {languages[1]}")
-            files += [os.path.join(path, name) for name in sorted(manifest["sets"])]
-        else:
-            files.append(path)
-    return files
-
-
 def format_table(reports: Dict[str, dict]) -> str:
     lines = ["| phenomenon | examples | accuracy | random | by ctx_dist |", "| --- | ---: | ---: | ---: | --- |"]
     for name, report in reports.items():
         distances = " ".join(f"{d}:{r['accuracy']:.1f}" for d, r in report.get("by_ctx_dist", {}).items())
-        lines.append(f"| {name} | {report['examples']} | {report['accuracy']:.1f} | {report['random']:.1f} | {distances} |")
+        lines.append(f"| {name} | {report['examples']} | {report['accuracy']:.1f} | {report['random']:.1f} "
+                     f"| {distances} |")
     for name, report in reports.items():
         if report.get("repeated_candidates"):
             lines.append(f"{name}: {report['repeated_candidates']} examples repeat a candidate (copies scored once)")

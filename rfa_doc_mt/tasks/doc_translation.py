@@ -41,13 +41,21 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..data.contrastive import ContrastiveDataset
 from ..data.io import DataError, read_docs
-from ..data.windows import (DocumentWindowDataset, current_sentence_mask, document_groups,
-                            document_ordered_group_batches, group_members, interleave_group_shards,
-                            last_sentence, memory_training_batches, memory_training_group_batches,
-                            parse_optimization_window)
+from ..data.voita import contrastive_files, phenomenon_name
+from ..data.windows import (
+    DocumentWindowDataset,
+    current_sentence_mask,
+    document_groups,
+    document_ordered_group_batches,
+    group_members,
+    interleave_group_shards,
+    last_sentence,
+    memory_training_batches,
+    memory_training_group_batches,
+    parse_optimization_window,
+)
 from ..generation import memory_decoding
 from ..generation.memory_decoding import DocumentMemories
-from ..scoring.consistency import contrastive_files, phenomenon_name
 from . import memory_steps, validation
 
 logger = logging.getLogger(__name__)
@@ -335,9 +343,10 @@ class DocTranslationTask(TranslationTask):
                                        "decoding needs document-ordered batches")
                 parts += [self.translations[sentence], torch.tensor([self.target_separator])]
             prefixes.append(torch.cat(parts) if parts else torch.tensor([], dtype=torch.long))
-        if max(len(p) for p in prefixes) == 0:
+        longest = max(len(p) for p in prefixes)
+        if longest == 0:
             return None
-        prefix = data_utils.collate_tokens(prefixes, self.tgt_dict.pad(), pad_to_length=max(1, max(len(p) for p in prefixes)))
+        prefix = data_utils.collate_tokens(prefixes, self.tgt_dict.pad(), pad_to_length=longest)
         return prefix.to(sample["net_input"]["src_tokens"].device)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):

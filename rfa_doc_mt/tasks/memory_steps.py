@@ -21,8 +21,14 @@ from typing import Sequence
 import torch
 from fairseq.optim.amp_optimizer import AMPOptimizer
 
-from ..generation.memory_decoding import (DocumentMemories, DocumentMemory, captured_output, documents_and_positions,
-                                          require_memory_model, shift_positions)
+from ..generation.memory_decoding import (
+    DocumentMemories,
+    DocumentMemory,
+    captured_output,
+    documents_and_positions,
+    require_memory_model,
+    shift_positions,
+)
 
 
 def next_memory_of(outputs) -> DocumentMemory:
