@@ -15,11 +15,10 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PIP) install -q --upgrade pip
 	# torch first: on a CPU machine 2.13.0 is the local CPU wheel; a CUDA torch already here is kept
 	$(PY) -c 'import torch' 2>/dev/null || $(PIP) install -q torch==2.13.0
-	# fairseq-fixed is built here against this torch, numpy and cython, without its declared
+	$(PIP) install -q -c requirements.txt cython -e '.[bench,test]'
+	# fairseq-fixed last, built against this torch, numpy and cython, without its declared
 	# dependencies (torchaudio would pull a CUDA torch); pyproject.toml lists its real ones
-	$(PIP) install -q -c requirements.txt numpy cython
 	$(PY) -c 'import fairseq' 2>/dev/null || $(PIP) install -q --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
-	$(PIP) install -q -c requirements.txt -e '.[bench,test]'
 	$(PY) -c 'import fairseq, rfa_doc_mt; print("setup ok: fairseq", fairseq.__version__)'
 	touch $(STAMP)
 
