@@ -59,9 +59,9 @@ MEMORY_FINETUNE_SHARE = 0.25
 # selection (checkpoint_best.pt) among the same points.
 VALIDATIONS_PER_RUN = 16
 # --smoke: a tiny corpus and a few updates, to test the machinery end to end
-SMOKE_CORPUS = ["--train-documents", "40", "--valid-documents", "4", "--test-documents", "6",
+SMOKE_CORPUS = ["--train-documents", "40", "--valid-documents", "4", "--test-documents", "3",
                 "--contrastive-pairs", "10", "--workers", "1"]
-SMOKE_TRAIN_ARGS = ["--max-update", "3", "--log-interval", "1"]
+SMOKE_TRAIN_ARGS = ["--max-update", "3", "--max-tokens", "1024", "--log-interval", "1"]
 
 
 def log(message: str) -> None:
@@ -331,8 +331,8 @@ def curves_plot(systems, results, path: str, title: str) -> str:
                 axis.plot(*zip(*result["stage1_curve"]), ":", color="grey", label="stage 1 (sentence-level)")
                 stage1_drawn = True
             curve = [(updates + offset, loss) for updates, loss in curve]
-        if curve:
-            axis.plot(*zip(*curve), marker=".", label=system.label)
+        if curve:  # labelled by config: a table's labels repeat across context sizes
+            axis.plot(*zip(*curve), marker=".", label=os.path.splitext(os.path.basename(system.config))[0])
     axis.set_xlabel("updates")
     axis.set_ylabel("validation loss (label-smoothed cross-entropy)")
     axis.set_title(title, fontsize=9)
