@@ -6,8 +6,8 @@
 # checks it). The earlier results of OUT_PREFIX are removed first: a failed or interrupted
 # decode leaves nothing that could pass for its result.
 # Defaults (override them in DECODE_ARGS or the arguments): beam 4, 64 windows a batch, at most
-# 1.2 x the window's source tokens + 10 target tokens (as the authors' release decodes windows;
-# fairseq's default, 200 more tokens than any source, lets an under-trained model that never
+# 1.2 x the window's source tokens + 10 target tokens (a bound tied to the source, as the
+# authors' release uses: theirs is 1.2 x + 70 for zh-en and 1 x + 50 for en-ru; fairseq's default, 200 more tokens than any source, lets an under-trained model that never
 # ends a window run for tens of minutes), a progress line every 10 batches on stderr.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
