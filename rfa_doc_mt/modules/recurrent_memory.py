@@ -149,8 +149,9 @@ class MemorySelfAttention(MultiheadAttention):
     is only read, never updated, because the sentence is not finished (§4.2 "Inference").
 
     Set the memory with :meth:`set_memory` before each forward pass; collect the next memory
-    with :meth:`take_next_memory`. The memory read is kept until the next forward's
-    :meth:`set_memory`, for activation checkpointing's recomputation.
+    with :meth:`take_next_memory` (which also drops the references, so no graph outlives the
+    step that made it). These layers are never activation-checkpointed (models/doc_transformer.py
+    wrap_layer): their next memory is an output besides their return value.
     """
 
     def __init__(self, embed_dim, num_heads, memory: RecurrentMemory, **kwargs):
@@ -168,10 +169,9 @@ class MemorySelfAttention(MultiheadAttention):
 
     def take_next_memory(self) -> Optional[Tensor]:
         """``M^{t+1}`` [batch, slots, dim] from the last full forward pass (None when decoding
-        incrementally). The memory read stays until the next :meth:`set_memory`: activation
-        checkpointing (``--checkpoint-activations``) runs the forward again in the backward pass."""
+        incrementally); clears the module's memory references."""
         next_memory = self.next_memory
-        self.next_memory = None
+        self.current_memory = self.next_memory = None
         return next_memory
 
     def forward(self, query, key, value, key_padding_mask=None, incremental_state=None, need_weights=True,
