@@ -96,3 +96,15 @@ def transformer_terms(embed_dim: int, ffn_dim: int, encoder_layers: int, decoder
     encoder_layer = attention + source + 2 * 2 * embed_dim + embed_dim + ffn_dim
     decoder_layer = 2 * attention + target + source + 3 * 2 * embed_dim + embed_dim + ffn_dim
     return encoder_layers * encoder_layer + decoder_layers * decoder_layer + embed_dim + vocabulary
+
+
+def build_model(arch: str, task, *options: str, seed: int = 1, **attributes):
+    """The tests' one way to build a model: :func:`rfa_doc_mt.models.build.build_model` (the
+    registered architecture ``arch`` with command-line ``options``), in eval mode."""
+    from rfa_doc_mt.models.build import build_model as build
+
+    return build(arch, task, options, seed=seed, **attributes).eval()
+
+
+def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.float() - b.float()).abs().max().item()

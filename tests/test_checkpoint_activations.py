@@ -12,47 +12,23 @@ magnitude, with the log-softmax over the vocabulary and the sum over the batch's
 
 import pytest
 import torch
-from conftest import assert_fp32_close, transformer_terms
-from fairseq.data import Dictionary
-from model_helpers import build_model
+from conftest import assert_fp32_close, build_model, transformer_terms
 
-import rfa_doc_mt  # noqa: F401  (registers the models)
-from rfa_doc_mt.models.doc_transformer import DocTransformerModel, doc_transformer_tiny
-from rfa_doc_mt.models.long_short_transformer import (
-    LongShortTermMaskingTransformerModel,
-    long_short_doc_transformer_tiny,
-)
-from rfa_doc_mt.models.lsh_transformer import (
-    LSHDocTransformerModel,
-    lsh_doc_transformer_tiny,
-)
-from rfa_doc_mt.models.memory_transformer import (
-    MemoryDocTransformerModel,
-    memory_doc_transformer_tiny,
-)
-from rfa_doc_mt.models.rfa_transformer import (
-    RFADocTransformerModel,
-    rfa_doc_transformer_tiny,
-)
+from rfa_doc_mt.models.build import dictionary_task, toy_dictionary
+from rfa_doc_mt.models.memory_transformer import MemoryDocTransformerModel
 
-DICTIONARY = Dictionary()
-WORDS = [DICTIONARY.add_symbol(f"w{k}") for k in range(40)]
-SEP = DICTIONARY.add_symbol("<sep>")
+DICTIONARY, SEP = toy_dictionary(40)
+WORDS = list(range(DICTIONARY.nspecial, SEP))
 PAD, EOS = DICTIONARY.pad(), DICTIONARY.eos()
-
-
-class Task:
-    source_dictionary = target_dictionary = DICTIONARY
-    source_separator = target_separator = SEP
-
+TASK = dictionary_task(DICTIONARY, SEP)
 
 FAMILIES = {
-    "transformer": (DocTransformerModel, doc_transformer_tiny, []),
-    "rfa": (RFADocTransformerModel, rfa_doc_transformer_tiny, ["--rfa-gate", "sgate", "--rfa-cross-gate"]),
-    "long-short": (LongShortTermMaskingTransformerModel, long_short_doc_transformer_tiny, []),
-    "lsh": (LSHDocTransformerModel, lsh_doc_transformer_tiny,
+    "transformer": ("doc_transformer_tiny", []),
+    "rfa": ("rfa_doc_transformer_tiny", ["--rfa-gate", "sgate", "--rfa-cross-gate"]),
+    "long-short": ("long_short_doc_transformer_tiny", []),
+    "lsh": ("lsh_doc_transformer_tiny",
             ["--lsh-attention", "encoder-self,decoder-self,cross", "--lsh-chunk-size", "4"]),
-    "memory": (MemoryDocTransformerModel, memory_doc_transformer_tiny, []),
+    "memory": ("memory_doc_transformer_tiny", []),
 }
 
 
@@ -92,10 +68,10 @@ def training_step(model, batches):
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_checkpointed_training_step_equals_the_plain_one(family):
-    model_class, architecture, options = FAMILIES[family]
+    architecture, options = FAMILIES[family]
     options = ["--dropout", "0", "--share-all-embeddings", *options]
-    plain = build_model(model_class, architecture, Task(), *options)
-    checkpointed = build_model(model_class, architecture, Task(), *options, "--checkpoint-activations")
+    plain = build_model(architecture, TASK, *options)
+    checkpointed = build_model(architecture, TASK, *options, "--checkpoint-activations")
     checkpointed.load_state_dict(plain.state_dict())
     generator = torch.Generator().manual_seed(3)
     if family == "memory":  # one sentence per row, two sentence steps

@@ -443,17 +443,12 @@ def test_document_ordered_batches_deal_whole_documents_in_order_to_each_worker(c
 def test_memory_training_refuses_torch_ddp_with_a_message(corpus, tmp_path):
     """torch's DDP all-reduces in every backward pass; the memory model runs one per sentence
     position, a number that differs between workers: it needs --ddp-backend legacy_ddp."""
+    from conftest import build_model
     from fairseq.criterions.cross_entropy import CrossEntropyCriterion
     from fairseq.distributed import ModuleProxyWrapper
-    from model_helpers import build_model
-
-    from rfa_doc_mt.models.memory_transformer import (
-        MemoryDocTransformerModel,
-        memory_doc_transformer_tiny,
-    )
 
     task = memory_task(corpus)
-    model = build_model(MemoryDocTransformerModel, memory_doc_transformer_tiny, task)
+    model = build_model("memory_doc_transformer_tiny", task)
     sample = next(iter(task.get_batch_iterator(task.datasets["train"], max_tokens=64).next_epoch_itr()))
     torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0,
                                          world_size=1)

@@ -1,13 +1,12 @@
 """LSH attention (paper 003): reference, training and incremental forms, the model, beam search."""
 
-import argparse
-import types
 
 import pytest
 import torch
-from conftest import FP32_EPS, assert_fp32_close, transformer_terms
+from conftest import FP32_EPS, assert_fp32_close, build_model, transformer_terms
 
 import rfa_doc_mt  # noqa: F401  (registers the task and models)
+from rfa_doc_mt.models.build import dictionary_task, toy_dictionary
 from rfa_doc_mt.modules.lsh_attention import (
     LSHCrossAttention,
     LSHSelfAttention,
@@ -466,25 +465,11 @@ def test_low_precision_inputs_use_fp32_math():
 # ---- the registered model --------------------------------------------------------------------
 
 
-def build_model(*options):
-    from fairseq.data import Dictionary
-    from fairseq.models import ARCH_CONFIG_REGISTRY
-
-    from rfa_doc_mt.models.lsh_transformer import LSHDocTransformerModel
-
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-    LSHDocTransformerModel.add_args(parser)
-    args = parser.parse_args(["--dropout", "0", "--share-all-embeddings", *options])
-    args.arch = "lsh_doc_transformer_tiny"
-    ARCH_CONFIG_REGISTRY[args.arch](args)
-    dictionary = Dictionary()
-    for index in range(30):
-        dictionary.add_symbol(f"w{index}")
-    separator = dictionary.add_symbol("<sep>")
-    task = types.SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary,
-                                 source_separator=separator, target_separator=separator)
-    torch.manual_seed(0)
-    return LSHDocTransformerModel.build_model(args, task).eval(), dictionary
+def lsh_model(*options):
+    dictionary, separator = toy_dictionary(30)
+    model = build_model("lsh_doc_transformer_tiny", dictionary_task(dictionary, separator),
+                        "--dropout", "0", "--share-all-embeddings", *options, seed=0)
+    return model, dictionary
 
 
 def source_batch(dictionary, batch=3, time=19):
@@ -500,7 +485,7 @@ ALL_THREE = ["--lsh-attention", "encoder-self,decoder-self,cross", "--lsh-rounds
 
 
 def test_model_uses_lsh_where_asked_with_its_own_rotations_per_layer():
-    model, _ = build_model(*ALL_THREE)
+    model, _ = lsh_model(*ALL_THREE)
     seeds = set()
     for layer in model.encoder.layers:
         assert isinstance(layer.self_attn, LSHSelfAttention) and not layer.self_attn.causal
@@ -510,20 +495,20 @@ def test_model_uses_lsh_where_asked_with_its_own_rotations_per_layer():
         assert isinstance(layer.encoder_attn, LSHCrossAttention)
         seeds |= {layer.self_attn.seed, layer.encoder_attn.seed}
     assert len(seeds) == 6
-    self_only, _ = build_model("--lsh-attention", "encoder-self,decoder-self")
+    self_only, _ = lsh_model("--lsh-attention", "encoder-self,decoder-self")
     assert not isinstance(self_only.decoder.layers[0].encoder_attn, LSHCrossAttention)
     with pytest.raises(ValueError, match="unknown"):
-        build_model("--lsh-attention", "encoder")
+        lsh_model("--lsh-attention", "encoder")
 
 
 def test_checkpoint_round_trip_keeps_rotations_and_outputs(tmp_path):
-    model, dictionary = build_model(*ALL_THREE, "--lsh-chunk-size", "4")
+    model, dictionary = lsh_model(*ALL_THREE, "--lsh-chunk-size", "4")
     source, lengths = source_batch(dictionary)
     target = source[:, :12].clone()
     target[:, 0] = dictionary.eos()
     expected = model(source, lengths, target)[0]
     torch.save(model.state_dict(), tmp_path / "model.pt")
-    reloaded, _ = build_model(*ALL_THREE, "--lsh-chunk-size", "4", "--lsh-seed", "99")  # other rotations
+    reloaded, _ = lsh_model(*ALL_THREE, "--lsh-chunk-size", "4", "--lsh-seed", "99")  # other rotations
     assert not torch.equal(reloaded.encoder.layers[0].self_attn.rotations, model.encoder.layers[0].self_attn.rotations)
     reloaded.load_state_dict(torch.load(tmp_path / "model.pt"))
     assert torch.equal(reloaded(source, lengths, target)[0], expected)  # same weights, same computation
@@ -531,7 +516,7 @@ def test_checkpoint_round_trip_keeps_rotations_and_outputs(tmp_path):
 
 def test_decoder_token_by_token_equals_one_forward_pass():
     """With chunks that hold the whole window the training form is exactly what decoding computes."""
-    model, dictionary = build_model(*ALL_THREE, "--lsh-chunk-size", "64")
+    model, dictionary = lsh_model(*ALL_THREE, "--lsh-chunk-size", "64")
     source, lengths = source_batch(dictionary)
     target = torch.randint(dictionary.nspecial, len(dictionary), (3, 15), generator=torch.Generator().manual_seed(5))
     target[:, 0] = dictionary.eos()
@@ -547,7 +532,7 @@ def test_decoder_token_by_token_equals_one_forward_pass():
 def test_beam_search_scores_equal_teacher_forced_scores():
     from fairseq.sequence_generator import SequenceGenerator
 
-    model, dictionary = build_model(*ALL_THREE, "--lsh-chunk-size", "64")
+    model, dictionary = lsh_model(*ALL_THREE, "--lsh-chunk-size", "64")
     source, lengths = source_batch(dictionary)
     generator = SequenceGenerator([model], dictionary, beam_size=3, max_len_a=0, max_len_b=8)
     hypotheses = generator.generate([model], {"net_input": {"src_tokens": source, "src_lengths": lengths}})
@@ -566,7 +551,7 @@ def test_activation_checkpointing_recomputes_the_same_shuffle():
     cross-attention shuffle (drawn from (layer seed, update)) must come out the same."""
     gradients = []
     for options in ([], ["--checkpoint-activations"]):
-        model, dictionary = build_model(*ALL_THREE, "--lsh-chunk-size", "4", *options)
+        model, dictionary = lsh_model(*ALL_THREE, "--lsh-chunk-size", "4", *options)
         model.train()
         model.set_num_updates(7)
         source, lengths = source_batch(dictionary)

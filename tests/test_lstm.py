@@ -11,7 +11,9 @@ import pytest
 import torch
 from conftest import (
     assert_fp32_close,
+    build_model,
     low_precision_tolerance,
+    max_difference,
     probe_like,
     transformer_terms,
 )
@@ -19,18 +21,14 @@ from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
-from model_helpers import build_model, max_difference
 
 import rfa_doc_mt  # noqa: F401  (registers the task and the baseline)
 from rfa_doc_mt.models.doc_transformer import (
-    DocTransformerModel,
     doc_transformer,
-    doc_transformer_tiny,
 )
 from rfa_doc_mt.models.long_short_transformer import (
     LongShortTermMaskingTransformerModel,
     long_short_doc_transformer,
-    long_short_doc_transformer_tiny,
 )
 from rfa_doc_mt.modules.long_short_attention import (
     LongShortMultiheadAttention,
@@ -82,12 +80,12 @@ def make_batch(source=SOURCE, target=TARGET):
     return src_tokens, src_tokens.ne(PAD).sum(1), prev_output_tokens
 
 
-def build(model_class, architecture, *model_args, seed=1):
-    return build_model(model_class, architecture, Task(), *model_args, seed=seed)
+def build(architecture, *model_args, seed=1):
+    return build_model(architecture, Task(), *model_args, seed=seed)
 
 
 def build_lstm(*model_args, seed=1):
-    return build(LongShortTermMaskingTransformerModel, long_short_doc_transformer_tiny, *model_args, seed=seed)
+    return build("long_short_doc_transformer_tiny", *model_args, seed=seed)
 
 
 # ---- the attention module -------------------------------------------------------------------
@@ -112,7 +110,7 @@ def test_training_form_matches_reference(causal, local_heads):
     torch.manual_seed(0)
     attention = LongShortMultiheadAttention(16, 4, local_heads=local_heads, self_attention=True)
     x, padding, ids, attn_mask = attention_inputs(causal)
-    attention.set_sentence_ids(ids, ids)
+    attention.hand_in(query_sentence_ids=ids, key_sentence_ids=ids)
     fast, _ = attention(x, x, x, key_padding_mask=padding, attn_mask=attn_mask, need_weights=False)
     explicit, head_weights = attention(x, x, x, key_padding_mask=padding, attn_mask=attn_mask,
                                        need_head_weights=True)
@@ -159,7 +157,7 @@ def test_local_head_output_does_not_depend_on_other_sentences(causal):
     attention = LongShortMultiheadAttention(16, 4, local_heads=2, self_attention=True)
     keep_heads_apart(attention)
     x, padding, ids, attn_mask = attention_inputs(causal)
-    attention.set_sentence_ids(ids, ids)
+    attention.hand_in(query_sentence_ids=ids, key_sentence_ids=ids)
     output, _ = attention(x, x, x, key_padding_mask=padding, attn_mask=attn_mask, need_weights=False)
     row, query = 0, 7  # target row 0: "EOS a b <sep> c d e <sep> f": position 7 closes sentence 1
     assert ids[row].tolist()[:9] == [0, 0, 0, 0, 1, 1, 1, 1, 2]
@@ -183,7 +181,7 @@ def test_aligned_cross_attention_sees_the_aligned_source_sentence():
     source_ids, target_ids = sentence_ids(src_tokens, SEP), sentence_ids(prev_output_tokens, SEP)
     aligned = aligned_source_sentence(target_ids, source_ids)
     assert aligned[1].max().item() == 0  # row 1: one source sentence, three target sentences
-    attention.set_sentence_ids(aligned, source_ids)
+    attention.hand_in(query_sentence_ids=aligned, key_sentence_ids=source_ids)
     x = torch.randn(prev_output_tokens.size(1), 3, 16)
     encoder_out = torch.randn(src_tokens.size(1), 3, 16, requires_grad=True)
     output, _ = attention(x, encoder_out, encoder_out, key_padding_mask=src_tokens.eq(PAD), static_kv=True)
@@ -215,7 +213,7 @@ def test_encoder_with_all_heads_local_keeps_sentences_apart():
 
 @pytest.mark.filterwarnings("ignore:Support for mismatched key_padding_mask")  # fairseq's baseline
 def test_zero_local_heads_equals_the_baseline_with_its_weights():
-    baseline = build(DocTransformerModel, doc_transformer_tiny, "--dropout", "0", seed=3)
+    baseline = build("doc_transformer_tiny", "--dropout", "0", seed=3)
     lstm = build_lstm("--local-heads", "0", "--local-attention", "encoder,decoder,cross", "--dropout", "0")
     assert isinstance(lstm.decoder.layers[0].encoder_attn, LongShortMultiheadAttention)
     lstm.load_state_dict(baseline.state_dict())  # strict: same parameter names and shapes
@@ -375,7 +373,7 @@ def test_architectures_and_options():
     long_short_doc_transformer(paper)
     doc_transformer(baseline)
     assert {k: v for k, v in vars(paper).items() if not k.startswith("local_")} == vars(baseline)
-    model = build(LongShortTermMaskingTransformerModel, long_short_doc_transformer)
+    model = build("long_short_doc_transformer")
     attention = model.encoder.layers[0].self_attn
     assert (attention.num_heads, attention.local_heads) == (8, 4)  # default: half of the heads
     assert not isinstance(model.decoder.layers[0].encoder_attn, LongShortMultiheadAttention)

@@ -11,7 +11,13 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import assert_fp32_close, low_precision_tolerance, transformer_terms
+from conftest import (
+    assert_fp32_close,
+    build_model,
+    low_precision_tolerance,
+    max_difference,
+    transformer_terms,
+)
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
 )
@@ -21,7 +27,6 @@ from fairseq.optim.lr_scheduler.inverse_square_root_schedule import (
     InverseSquareRootSchedule,
 )
 from fairseq.sequence_generator import SequenceGenerator
-from model_helpers import build_model, max_difference
 
 import rfa_doc_mt  # noqa: F401  (registers the task and the baseline)
 from rfa_doc_mt.data.io import Document
@@ -35,7 +40,6 @@ from rfa_doc_mt.data.windows import (
 )
 from rfa_doc_mt.generation import memory_decoding
 from rfa_doc_mt.generation.memory_decoding import DocumentMemories, collate_sentences
-from rfa_doc_mt.models.doc_transformer import DocTransformerModel, doc_transformer_tiny
 from rfa_doc_mt.models.memory_transformer import (
     MemoryDocTransformerModel,
     memory_doc_transformer_tiny,
@@ -56,12 +60,12 @@ class Task:
     source_separator = target_separator = SEP
 
 
-def build(model_class, architecture, *model_args, seed=1):
-    return build_model(model_class, architecture, Task(), *model_args, seed=seed)
+def build(architecture, *model_args, seed=1):
+    return build_model(architecture, Task(), *model_args, seed=seed)
 
 
 def build_memory(*model_args, seed=1):
-    return build(MemoryDocTransformerModel, memory_doc_transformer_tiny, *model_args, seed=seed)
+    return build("memory_doc_transformer_tiny", *model_args, seed=seed)
 
 
 def sentence(*words):
@@ -143,7 +147,7 @@ def zero_output_attention(model):
 
 @pytest.mark.parametrize("layers", [[], ["--encoder-memory-layers", "0,1", "--decoder-memory-layers", "0"]])
 def test_zeroed_output_attention_equals_the_baseline(layers):
-    baseline = build(DocTransformerModel, doc_transformer_tiny, seed=1)
+    baseline = build("doc_transformer_tiny", seed=1)
     model = build_memory(*layers, seed=2)
     # a sentence-level checkpoint loads: the memory parameters it lacks keep their initialisation
     model.load_state_dict(baseline.state_dict())

@@ -24,6 +24,7 @@ from rfa_doc_mt.reproduce import (
     prepare_embedded,
     systems_to_train,
 )
+from rfa_doc_mt.reproduce.running import config_architectures
 
 pytestmark = pytest.mark.slow
 
@@ -171,6 +172,21 @@ def test_data_and_config_checks(tmp_path):
     assert any(p.startswith(str(bad_arch)) and "unknown architecture 'no_such_arch'" in p for p in problems)
     assert any(p.startswith(str(no_arch)) and "no --arch" in p for p in problems)
     assert any(p.startswith("configs/demo/not_there.sh") and "not found" in p for p in problems)
+
+
+def test_configs_are_read_without_running_them(tmp_path):
+    """The architecture check reads a config and what it sources as text: a config that would
+    fail if run (here: exits) is still read, and a shared file beside it is followed."""
+    (tmp_path / "common.sh").write_text('case "$X" in a) MODEL_ARGS="--arch doc_transformer" ;;\n'
+                                        '  b) MODEL_ARGS="--arch rfa_doc_transformer" ;; esac\n')
+    config = tmp_path / "config.sh"
+    config.write_text('exit 3\n# --arch commented_out\nsource "$(dirname "${BASH_SOURCE[0]}")/common.sh"\n')
+    assert config_architectures(str(config)) == (["doc_transformer", "rfa_doc_transformer"], [])
+    memory_config = os.path.join(ROOT, "configs/demo/memory_both_0.sh")  # sources memory_L1.sh, which names it
+    assert config_architectures(memory_config)[0] == ["memory_doc_transformer_tiny"]
+    (tmp_path / "common.sh").unlink()
+    names, problems = config_architectures(str(config))
+    assert names == [] and len(problems) == 1 and "does not exist" in problems[0]
 
 
 def test_smoke_and_full_runs_do_not_share_a_directory(tmp_path):

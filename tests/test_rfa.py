@@ -2,21 +2,16 @@
 ops agree, RFA approximates softmax attention, the gates do what §3.2 says, and the model
 decodes incrementally exactly as it runs in one pass."""
 
-import argparse
 import os
 
 import pytest
 import torch
-from conftest import assert_fp32_close, low_precision_tolerance, transformer_terms
+from conftest import assert_fp32_close, build_model, low_precision_tolerance, transformer_terms
 from fairseq import search
-from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
 
 import rfa_doc_mt  # noqa: F401  (registers the task and models)
-from rfa_doc_mt.models.rfa_transformer import (
-    RFADocTransformerModel,
-    rfa_doc_transformer_tiny,
-)
+from rfa_doc_mt.models.build import dictionary_task, toy_dictionary
 from rfa_doc_mt.modules.random_feature_attention import (
     NORMALISER_FLOOR,
     RandomFeatureCausalAttention,
@@ -24,7 +19,7 @@ from rfa_doc_mt.modules.random_feature_attention import (
     RandomMatrices,
     causal_rfa_step,
     chunked_causal_rfa,
-    cross_rfa_readout,
+    cross_rfa,
     cross_rfa_state,
     final_key_weights,
     incremental_causal_rfa,
@@ -125,7 +120,7 @@ def test_rfa_approximates_softmax_and_error_falls_with_more_features(feature_map
             matrix = orthogonal_random_matrices(torch.Generator().manual_seed(draw), 1, heads, projections,
                                                 head_dim)[0]
             tau_tensor = torch.full((heads,), tau)
-            approx = reference_cross_rfa(feature_map(q, matrix, tau_tensor), feature_map(k, matrix, tau_tensor), v)
+            approx, _ = reference_cross_rfa(feature_map(q, matrix, tau_tensor), feature_map(k, matrix, tau_tensor), v)
             error += (approx - exact).abs().mean().item() / 3
         errors[projections] = error
     print(f"{feature_map.__name__}: mean abs error by projections {errors}")
@@ -162,7 +157,7 @@ def test_causal_forms_agree(gate, time, chunk_size, sentences, pad_lengths):
         log_forget, key_weight = gates_of(inputs, leaves["logits"])
         return form(leaves["phi_q"], leaves["phi_k"], leaves["v"], log_forget, key_weight)
 
-    ref_out, (ref_S, ref_z) = run(reference_causal_rfa)
+    ref_out, ref_state = run(reference_causal_rfa)
     chunk_out, chunk_state = run(lambda *a: chunked_causal_rfa(*a, chunk_size=chunk_size))
     inc_out, inc_state = run(incremental_causal_rfa)
     real = ~inputs["padding"].unsqueeze(1).unsqueeze(-1)  # outputs at padded queries are never used
@@ -175,7 +170,9 @@ def test_causal_forms_agree(gate, time, chunk_size, sentences, pad_lengths):
     for other, form in ((chunk_out, "chunked"), (inc_out, "incremental")):
         assert_fp32_close(other * real, ref_out * real, out_terms, magnitude, f"{name} out reference-{form}")
     # the final state sums `time` decayed terms φ(k_i)·v_i: their size is S of |v|
-    _, (abs_S, _) = reference_causal_rfa(inputs["phi_q"], inputs["phi_k"], inputs["v"].abs(), log_forget, key_weight)
+    _, abs_state = reference_causal_rfa(inputs["phi_q"], inputs["phi_k"], inputs["v"].abs(), log_forget, key_weight)
+    abs_S = split_state(abs_state)[0]
+    ref_S, ref_z = split_state(ref_state)
     for got, form in ((chunk_state, "chunked"), (inc_state, "incremental")):
         S, z = split_state(got)
         assert_fp32_close(S, ref_S, time + decays, abs_S.max().item(), f"{name} final S reference-{form}")
@@ -184,7 +181,7 @@ def test_causal_forms_agree(gate, time, chunk_size, sentences, pad_lengths):
     # backward pass runs the forward sums again, transposed, and sums over the values (dv)
     weights = torch.randn_like(ref_out) * real
     grads = []
-    for out, state in ((ref_out, torch.cat([ref_S, ref_z.unsqueeze(-1)], -1)), (chunk_out, chunk_state)):
+    for out, state in ((ref_out, ref_state), (chunk_out, chunk_state)):
         loss = (out * weights).sum() + 0.1 * state.sum()
         grads.append(torch.autograd.grad(loss, list(leaves.values()), allow_unused=True, retain_graph=True))
     gradient_terms = 2 * (out_terms + inputs["v"].size(-1))
@@ -212,6 +209,35 @@ def test_causal_forms_agree_on_reduced_precision_inputs(gate, dtype):
     assert_fp32_close(chunk_out * real, ref_out * real, terms, magnitude, f"{name} reference-chunked")
     assert_fp32_close(inc_out * real, ref_out * real, terms, magnitude, f"{name} reference-incremental")
     assert torch.isfinite(ref_out).all()
+
+
+@pytest.mark.parametrize("gate", GATES)
+def test_every_causal_form_continues_from_an_initial_state(gate):
+    """The three forms share one signature: run on the first 12 tokens, then on the rest from
+    the state the prefix left, each gives what it gives on the whole sequence."""
+    inputs = op_inputs(time=30, sentences=(4, 3), gate=gate, pad_lengths=[30, 26], seed=3)
+    log_forget, key_weight = gates_of(inputs, inputs["logits"])
+    sequence = (inputs["phi_q"], inputs["phi_k"], inputs["v"], log_forget, key_weight)
+
+    def part(tensors, span):
+        return [None if x is None else x[:, :, span] for x in tensors]
+
+    real = ~inputs["padding"][:, 12:].unsqueeze(1).unsqueeze(-1)
+    # as test_causal_forms_agree: features, 30 keys, their decays; terms of size max|v|
+    terms = inputs["phi_q"].size(-1) + 30 + decay_terms(30, log_forget)
+    _, abs_state = reference_causal_rfa(inputs["phi_q"], inputs["phi_k"], inputs["v"].abs(), log_forget, key_weight)
+    forms = {"reference": reference_causal_rfa, "chunked": lambda *a, **k: chunked_causal_rfa(*a, **k, chunk_size=8),
+             "incremental": incremental_causal_rfa}
+    for name, form in forms.items():
+        full_out, full_state = form(*sequence)
+        _, prefix_state = form(*part(sequence, slice(None, 12)))
+        prefix_copy = prefix_state.clone()
+        out, state = form(*part(sequence, slice(12, None)), initial_state=prefix_state)
+        assert torch.equal(prefix_state, prefix_copy), f"{name} changed the initial state it was given"
+        assert_fp32_close(out * real, full_out[:, :, 12:] * real, terms, inputs["v"].abs().max().item(),
+                          f"{gate} {name}: continued = whole")
+        assert_fp32_close(state, full_state, 30 + decay_terms(30, log_forget), abs_state.abs().max().item(),
+                          f"{gate} {name}: final state continued = whole")
 
 
 def test_causal_step_continues_a_chunked_prefix():
@@ -253,9 +279,9 @@ def _module_pair(gate, seed=3, **kwargs):
 
 
 def _run_causal(module, x, tokens, padding=None):
-    module.sentence_starts = sentence_starts(tokens, SEP)
+    module.hand_in(sentence_starts=sentence_starts(tokens, SEP))
     out, _ = module(x, x, x, key_padding_mask=padding)
-    module.sentence_starts = None
+    module.hand_in()
     return out
 
 
@@ -317,11 +343,11 @@ def test_an_example_is_unchanged_by_longer_examples_in_its_batch(gate):
 def _incremental(module, x, tokens, padding=None):
     state, outputs = {}, []
     for t in range(x.size(0)):
-        module.sentence_starts = sentence_starts(tokens[:, max(0, t - 1):t + 1], SEP)[:, -1:]
+        module.hand_in(sentence_starts=sentence_starts(tokens[:, max(0, t - 1):t + 1], SEP)[:, -1:])
         out, _ = module(x[t:t + 1], x[t:t + 1], x[t:t + 1], incremental_state=state,
                         key_padding_mask=None if padding is None else padding[:, t:t + 1])
         outputs.append(out)
-    module.sentence_starts = None
+    module.hand_in()
     return torch.cat(outputs, 0), state
 
 
@@ -340,9 +366,9 @@ def test_causal_module_incremental_equals_full(gate, feature_map):
     real = ~padding.T.unsqueeze(-1)
     # Fourier features can make the normaliser φ(q)·z small: outputs (and their rounding) then
     # grow together, which the magnitude (largest |output|) carries
-    module.sentence_starts = sentence_starts(tokens, SEP)
+    module.hand_in(sentence_starts=sentence_starts(tokens, SEP))
     log_forget, _ = module._gates(x, padding)
-    module.sentence_starts = None
+    module.hand_in()
     terms = causal_module_terms(module, 41) + decay_terms(41, log_forget)
     assert_fp32_close(incremental * real, full * real, terms,
                       name=f"causal module {gate} {feature_map} full-incremental")
@@ -388,11 +414,14 @@ def test_long_windows_and_reduced_precision_stay_finite(gate):
 def test_cross_forms_agree_with_padding():
     inputs = op_inputs(time=23, gate="none", pad_lengths=[23, 15])
     keep = (~inputs["padding"]).float().unsqueeze(1).expand(-1, 3, -1)
-    reference = reference_cross_rfa(inputs["phi_q"], inputs["phi_k"], inputs["v"], keep)
-    fast = cross_rfa_readout(inputs["phi_q"], cross_rfa_state(inputs["phi_k"], inputs["v"], keep))
+    reference, reference_state = reference_cross_rfa(inputs["phi_q"], inputs["phi_k"], inputs["v"], keep)
+    fast, state = cross_rfa(inputs["phi_q"], inputs["phi_k"], inputs["v"], keep)
     # positive features: terms of size max|v| over the features and the 23 keys
     assert_fp32_close(fast, reference, inputs["phi_q"].size(-1) + 23, inputs["v"].abs().max().item(),
                       "cross reference-state/readout")
+    # the summary: 23 terms φ(k_i)·[v_i, 1] (at most 23·max φ·max(|v|, 1))
+    _, abs_state = reference_cross_rfa(inputs["phi_q"], inputs["phi_k"], inputs["v"].abs(), keep)
+    assert_fp32_close(state, reference_state, 23, abs_state.max().item(), "cross summary reference-training")
 
 
 @pytest.mark.parametrize("gate", GATES)
@@ -416,19 +445,19 @@ def test_cross_module_caches_the_source_summary_and_shares_it_across_beams(cross
     src = random_windows(2, 9, 3, generator, pad_lengths=[9, 6])
     encoder_out = torch.randn(9, 2, 12, generator=generator)
     query = torch.randn(5, 2, 16, generator=generator)
-    module.sentence_starts = sentence_starts(src, SEP)
+    module.hand_in(sentence_starts=sentence_starts(src, SEP))
     full, _ = module(query, encoder_out, encoder_out, key_padding_mask=src.eq(PAD))
     # beam search: rows [sentence, beam], the summary computed once per sentence
     beam = 3
     module.set_beam_size(beam)
     expand = torch.arange(2).repeat_interleave(beam)
-    module.sentence_starts = sentence_starts(src, SEP)[expand]
+    module.hand_in(sentence_starts=sentence_starts(src, SEP)[expand])
     state, steps = {}, []
     for t in range(5):
         out, _ = module(query[t:t + 1, expand], encoder_out[:, expand], encoder_out[:, expand],
                         key_padding_mask=src.eq(PAD)[expand], incremental_state=state)
         steps.append(out)
-        module.sentence_starts = None  # no longer needed once the summary is cached
+        module.hand_in()  # no longer needed once the summary is cached
         module.reorder_incremental_state(state, torch.tensor([2, 0, 0, 4, 5, 3]))
     summary = module._get_input_buffer(state)["state"]
     assert summary.size(0) == 2  # one summary per sentence, not per beam
@@ -530,7 +559,7 @@ def test_norm_rescale_forms_agree_with_the_formula(cross_gate):
     reference, reference_summary = norm_rescale_reference(module, *leaves, src)
     # training form
     inputs = [query.clone().requires_grad_(), encoder_out.clone().requires_grad_()]
-    module.sentence_starts = starts
+    module.hand_in(sentence_starts=starts)
     trained, _ = module(inputs[0], inputs[1], inputs[1], key_padding_mask=src.eq(PAD))
     summary = module.source_state(inputs[1], src.eq(PAD), module.random_matrices.eval_matrix, starts)
     terms = causal_module_terms(module, 11) + (decay_terms(11, torch.ones(1, 1, 11)) if cross_gate else 0)
@@ -547,14 +576,14 @@ def test_norm_rescale_forms_agree_with_the_formula(cross_gate):
     beam = 3
     module.set_beam_size(beam)
     expand = torch.arange(2).repeat_interleave(beam)
-    module.sentence_starts = starts[expand]
+    module.hand_in(sentence_starts=starts[expand])
     state, steps = {}, []
     with torch.no_grad():
         for t in range(query.size(0)):
             steps.append(module(query[t:t + 1, expand], encoder_out[:, expand], encoder_out[:, expand],
                                 key_padding_mask=src.eq(PAD)[expand], incremental_state=state)[0])
     module.set_beam_size(1)
-    module.sentence_starts = None
+    module.hand_in()
     assert_fp32_close(torch.cat(steps), reference[:, expand], terms, name="incremental (beams) vs formula")
 
 
@@ -609,26 +638,13 @@ def test_random_matrices_are_seeded_drawn_per_update_and_fixed_in_eval():
 
 
 def tiny_model(gate="none", cross_gate=False, seed=1, extra=()):
-    dictionary = Dictionary()
-    for i in range(36):
-        dictionary.add_symbol(f"w{i}")
-    separator = dictionary.add_symbol("<sep>")
+    dictionary, separator = toy_dictionary(36)
     assert separator == 40
-
-    class Task:
-        source_dictionary = target_dictionary = dictionary
-        source_separator = target_separator = separator
-
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-    RFADocTransformerModel.add_args(parser)
-    argv = ["--rfa-gate", gate, "--encoder-layers", "1", "--decoder-layers", "2", "--dropout", "0"] + list(extra)
+    options = ["--rfa-gate", gate, "--encoder-layers", "1", "--decoder-layers", "2", "--dropout", "0", *extra]
     if cross_gate:
-        argv.append("--rfa-cross-gate")
-    args = parser.parse_args(argv)
-    args.seed = seed
-    rfa_doc_transformer_tiny(args)
-    torch.manual_seed(seed)
-    return RFADocTransformerModel.build_model(args, Task()).eval(), dictionary
+        options.append("--rfa-cross-gate")
+    return build_model("rfa_doc_transformer_tiny", dictionary_task(dictionary, separator), *options,
+                       seed=seed), dictionary
 
 
 def model_windows(batch, time, sentences, generator, lengths=None, separator=40):

@@ -116,18 +116,11 @@ def choose_batches(dataset, window_size: int, batch_size: int, num_batches: int)
 
 
 def build_model(task, arch: str, seed: int, max_positions: int, device: str, dtype: torch.dtype):
-    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+    from ..models.build import build_model as build
 
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-    model_class = ARCH_MODEL_REGISTRY[arch]
-    model_class.add_args(parser)
-    args = parser.parse_args([])
-    args.arch, args.seed = arch, seed
-    args.max_source_positions = args.max_target_positions = max_positions
-    args.share_all_embeddings = True  # joint dictionary, as the configs train them
-    ARCH_CONFIG_REGISTRY[arch](args)
-    torch.manual_seed(seed)
-    model = model_class.build_model(args, task)
+    # joint dictionary, as the configs train them
+    model = build(arch, task, seed=seed, max_source_positions=max_positions, max_target_positions=max_positions,
+                  share_all_embeddings=True)
     return model.to(device=device, dtype=dtype).eval()
 
 

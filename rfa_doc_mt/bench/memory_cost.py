@@ -36,6 +36,7 @@ from typing import Dict, List, Optional
 
 import torch
 
+from ..models.build import dictionary_task, toy_dictionary
 from .common import (
     commit_info,
     machine_info,
@@ -49,36 +50,14 @@ QUICK_LENGTHS = (100, 500, 1000)
 MODELS = ("memory", "sentence", "concatenation")
 
 
-class DummyTask:
-    """What build_model reads from the doc_translation task, over a dummy vocabulary."""
-
-    def __init__(self, vocabulary_size: int):
-        from fairseq.data import Dictionary
-
-        self.source_dictionary = self.target_dictionary = Dictionary()
-        for k in range(vocabulary_size):
-            self.source_dictionary.add_symbol(f"w{k}")
-        self.source_separator = self.target_separator = self.source_dictionary.add_symbol("<sep>")
-
-
 def build_model(task, name: str, seed: int, max_positions: int, device: str, dtype: torch.dtype):
-    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
-
-    from ..models import doc_transformer, memory_transformer  # noqa: F401  (registers both)
+    from ..models.build import build_model as build
 
     arch = "memory_doc_transformer" if name == "memory" else "doc_transformer"
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-    model_class = ARCH_MODEL_REGISTRY[arch]
-    model_class.add_args(parser)
-    args = parser.parse_args([])
-    args.arch, args.seed = arch, seed
-    args.max_source_positions = args.max_target_positions = max_positions
-    args.share_all_embeddings = True
     # transformer-base for all three, as paper 004's baseline (doc_transformer's default FFN is 1024)
-    args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = 2048
-    ARCH_CONFIG_REGISTRY[arch](args)
-    torch.manual_seed(seed)
-    return model_class.build_model(args, task).to(device=device, dtype=dtype).eval()
+    model = build(arch, task, seed=seed, max_source_positions=max_positions, max_target_positions=max_positions,
+                  share_all_embeddings=True, encoder_ffn_embed_dim=2048, decoder_ffn_embed_dim=2048)
+    return model.to(device=device, dtype=dtype).eval()
 
 
 def dummy_document(length: int, vocabulary: int, seed: int) -> torch.Tensor:
@@ -188,7 +167,7 @@ def run(args) -> Dict:
         list(QUICK_LENGTHS if args.quick else LENGTHS)
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 2)
     max_positions = max(lengths) + 8
-    task = DummyTask(args.vocabulary)
+    task = dictionary_task(*toy_dictionary(args.vocabulary))
     models = {name: build_model(task, name, args.seed, max_positions, device, dtype) for name in MODELS}
     result = {"machine": machine_info(device), "commit": commit_info(),
               "settings": {"lengths": lengths, "chunk_tokens": args.chunk, "beam": args.beam,

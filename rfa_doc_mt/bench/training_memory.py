@@ -59,46 +59,22 @@ CHUNK_SIZE = 10
 FIGURES = ("step_mb", "peak_mb", "saved_for_backward_mb")
 
 
-def hash_classes_for(context_size: int) -> int:
-    """Paper 003 §5.2: as many hash classes as concatenated sentences, rounded up to even."""
-    sentences = context_size + 1
-    return sentences + sentences % 2
-
-
 # ---------------------------------------------------------------------------------------
 # one measurement (a fresh process each)
 
 
 def build(attention: str, context_size: int, args):
     """The model (train mode) and one batch of windows for ``attention`` at context size k."""
-    from fairseq.data import Dictionary
-    from fairseq.models import ARCH_CONFIG_REGISTRY
+    from ..models.build import build_model, dictionary_task, toy_dictionary
 
-    import rfa_doc_mt  # noqa: F401  (registers the task and the models)
-
-    from ..models.lsh_transformer import LSHDocTransformerModel
-
-    dictionary = Dictionary()
-    for index in range(args.vocabulary - len(dictionary) - 1):
-        dictionary.add_symbol(f"w{index}")
-    separator = dictionary.add_symbol("<sep>")
-    task = argparse.Namespace(source_dictionary=dictionary, target_dictionary=dictionary,
-                              source_separator=separator, target_separator=separator)
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-    LSHDocTransformerModel.add_args(parser)
-    model_args = parser.parse_args([])
-    model_args.arch = args.arch
-    model_args.share_all_embeddings = True
-    model_args.max_source_positions = model_args.max_target_positions = 2048
-    model_args.lsh_attention = LSH_SETTINGS[attention]["lsh_attention"]
-    model_args.lsh_rounds = LSH_SETTINGS[attention]["rounds"]
-    model_args.lsh_chunk_size = CHUNK_SIZE
-    model_args.lsh_hash_classes = hash_classes_for(context_size)
-    if args.attention_dropout is not None:
-        model_args.attention_dropout = args.attention_dropout
-    ARCH_CONFIG_REGISTRY[args.arch](model_args)
-    torch.manual_seed(args.seed)
-    model = LSHDocTransformerModel.build_model(model_args, task).to(args.device).train()
+    dictionary, separator = toy_dictionary(args.vocabulary - 5)  # with the 4 special symbols and <sep>
+    extra = {} if args.attention_dropout is None else {"attention_dropout": args.attention_dropout}
+    # context_size: the model takes paper 003's number of hash classes from it
+    model = build_model(args.arch, dictionary_task(dictionary, separator), seed=args.seed, share_all_embeddings=True,
+                        max_source_positions=2048, max_target_positions=2048, context_size=context_size,
+                        lsh_attention=LSH_SETTINGS[attention]["lsh_attention"],
+                        lsh_rounds=LSH_SETTINGS[attention]["rounds"], lsh_chunk_size=CHUNK_SIZE, **extra)
+    model, model_args = model.to(args.device).train(), model.args
 
     window_tokens = (context_size + 1) * args.sentence_length
     windows = max(1, args.tokens // window_tokens)

@@ -138,7 +138,7 @@ class LongShortTransformerEncoder(TransformerEncoderBase):
                 token_embeddings: Optional[Tensor] = None):
         source_sentence_ids = sentence_ids(src_tokens, self.separator)
         for attention in long_short_attentions(self, cross=False):
-            attention.set_sentence_ids(source_sentence_ids, source_sentence_ids)
+            attention.hand_in(query_sentence_ids=source_sentence_ids, key_sentence_ids=source_sentence_ids)
         encoder_out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
         encoder_out["source_sentence_ids"] = [source_sentence_ids]
         return encoder_out
@@ -177,7 +177,7 @@ class LongShortTransformerDecoder(TransformerDecoderBase):
     ):
         query_ids, key_ids = self.target_sentence_ids(prev_output_tokens, incremental_state)
         for attention in long_short_attentions(self, cross=False):
-            attention.set_sentence_ids(query_ids, key_ids)
+            attention.hand_in(query_sentence_ids=query_ids, key_sentence_ids=key_ids)
         cross_attentions = [attention for attention in long_short_attentions(self, cross=True)
                             if attention.local_heads > 0]
         if cross_attentions and encoder_out is not None:
@@ -187,7 +187,7 @@ class LongShortTransformerDecoder(TransformerDecoderBase):
             source_ids = encoder_out["source_sentence_ids"][0]
             aligned_ids = aligned_source_sentence(query_ids, source_ids)
             for attention in cross_attentions:
-                attention.set_sentence_ids(aligned_ids, source_ids)
+                attention.hand_in(query_sentence_ids=aligned_ids, key_sentence_ids=source_ids)
         return super().extract_features(prev_output_tokens, encoder_out, incremental_state,
                                         full_context_alignment, alignment_layer, alignment_heads)
 

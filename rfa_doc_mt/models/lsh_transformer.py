@@ -19,7 +19,7 @@ from fairseq.modules.transformer_layer import (
     TransformerEncoderLayerBase,
 )
 
-from ..modules.lsh_attention import LSHCrossAttention, LSHSelfAttention
+from ..modules.lsh_attention import LSHCrossAttention, LSHSelfAttention, check_hash_classes, paper_hash_classes
 from .doc_transformer import (
     DocTransformerModel,
     doc_transformer,
@@ -119,8 +119,9 @@ class LSHDocTransformerModel(DocTransformerModel):
                             help="length of the chunks the hash-sorted sequence is cut into; a query sees "
                                  "its chunk and its neighbours (paper 003: 10)")
         parser.add_argument("--lsh-hash-classes", type=int, metavar="N",
-                            help="number of hash classes (buckets) of one hash function, even (paper 003: "
-                                 "number of concatenated sentences k+1 rounded up to even)")
+                            help="number of hash classes (buckets) of one hash function, even; default: "
+                                 "paper 003's rule, the number of concatenated sentences (--context-size + 1) "
+                                 "rounded up to even")
         parser.add_argument("--lsh-rounds", type=int, metavar="N",
                             help="number of independent hash functions; a query sees keys sharing its class "
                                  "in any round (paper 003: 1 for LSH self-attention only, 4 for all three)")
@@ -130,8 +131,13 @@ class LSHDocTransformerModel(DocTransformerModel):
     @classmethod
     def build_model(cls, args, task):
         lsh_attentions(args)  # fail early on a misspelled --lsh-attention
-        if args.lsh_hash_classes < 2 or args.lsh_hash_classes % 2:
-            raise ValueError(f"--lsh-hash-classes must be even and >= 2, got {args.lsh_hash_classes}")
+        if args.lsh_hash_classes is None:
+            context_size = utils.safe_getattr(getattr(task, "cfg", args), "context_size", 0)
+            args.lsh_hash_classes = paper_hash_classes(context_size)
+        try:
+            check_hash_classes(args.lsh_hash_classes)
+        except ValueError as error:
+            raise ValueError(f"--lsh-hash-classes: {error}") from None
         return super().build_model(args, task)
 
     @classmethod
@@ -147,7 +153,7 @@ class LSHDocTransformerModel(DocTransformerModel):
 def _lsh_defaults(args):
     args.lsh_attention = utils.safe_getattr(args, "lsh_attention", "encoder-self,decoder-self")
     args.lsh_chunk_size = utils.safe_getattr(args, "lsh_chunk_size", 10)
-    args.lsh_hash_classes = utils.safe_getattr(args, "lsh_hash_classes", 4)
+    args.lsh_hash_classes = utils.safe_getattr(args, "lsh_hash_classes", None)  # None: paper_hash_classes
     args.lsh_rounds = utils.safe_getattr(args, "lsh_rounds", 1)
     args.lsh_seed = utils.safe_getattr(args, "lsh_seed", 1)
 

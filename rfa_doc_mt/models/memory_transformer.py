@@ -139,7 +139,7 @@ class MemoryTransformerEncoder(TransformerEncoderBase):
         if len(memories) != len(self.memory_attentions):
             raise ValueError(f"{len(memories)} source memories for {len(self.memory_attentions)} memory layers")
         for attention, memory in zip(self.memory_attentions, memories):
-            attention.set_memory(attention.memory.initial(src_tokens.size(0)) if memory is None else memory)
+            attention.hand_in(memory=attention.memory.initial(src_tokens.size(0)) if memory is None else memory)
         try:
             encoder_out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
         finally:
@@ -186,7 +186,7 @@ class MemoryTransformerDecoder(TransformerDecoderBase):
         if len(memories) != len(self.memory_attentions):
             raise ValueError(f"{len(memories)} target memories for {len(self.memory_attentions)} memory layers")
         for attention, memory in zip(self.memory_attentions, memories):
-            attention.set_memory(attention.memory.initial(prev_output_tokens.size(0)) if memory is None else memory)
+            attention.hand_in(memory=attention.memory.initial(prev_output_tokens.size(0)) if memory is None else memory)
         try:
             x, extra = super().extract_features(prev_output_tokens, encoder_out, incremental_state,
                                                 full_context_alignment, alignment_layer, alignment_heads)

@@ -10,11 +10,12 @@ decided: decoder causal and cross attention). Variants of Table 1::
 
 fairseq's decoder layer loop passes no token ids to the attention modules, so the decoder
 computes the sentence starts of each forward (from ``prev_output_tokens``, and from the
-source tokens for the optional cross gate) and hands them to its RFA modules for that
-forward only (``sentence_starts`` attribute, cleared afterwards).
+source tokens for the optional cross gate) and hands them to its RFA modules before each
+forward (``modules/hand_off.py``), valid until the next one.
 """
 
-from dataclasses import dataclass
+import argparse
+from dataclasses import dataclass, fields
 from typing import Optional
 
 from fairseq.models import register_model, register_model_architecture
@@ -45,37 +46,34 @@ RFA_ATTENTIONS = ("causal", "cross")
 
 @dataclass(frozen=True)
 class RFAOptions:
-    """The model's RFA settings (see ``add_args`` for their meaning)."""
+    """The model's RFA settings and the one place of their defaults: option ``--rfa-x-y`` is field
+    ``x_y`` (see ``add_args`` for their meaning); the architectures fill a missing option from
+    here (:func:`_rfa_defaults`), the tiny one with its own projection sizes."""
 
-    cross_proj_dim: int
-    causal_proj_dim: int
-    gate: str
-    gate_bias_init: float
-    cross_gate: bool
-    feature_map: str
-    learned_tau: bool
-    norm_rescale: bool
-    tau_init: float
-    attentions: tuple
-    seed: int
+    cross_proj_dim: int = 256
+    causal_proj_dim: int = 32
+    gate: str = "none"
+    gate_bias_init: Optional[float] = None  # None: DEFAULT_GATE_BIAS of the gate
+    cross_gate: bool = False
+    feature_map: str = "fourier"
+    learned_tau: bool = True  # as the authors' release trains every model
+    norm_rescale: bool = False
+    tau_init: float = 1.0
+    attention: str = ",".join(RFA_ATTENTIONS)
+    seed: int = 1  # not an RFA option: the run's --seed, from which every module's matrices are drawn
 
     @classmethod
     def from_args(cls, args) -> "RFAOptions":
-        gate = safe_getattr(args, "rfa_gate", "none")
-        bias = safe_getattr(args, "rfa_gate_bias_init", None)
-        return cls(
-            cross_proj_dim=int(safe_getattr(args, "rfa_cross_proj_dim", 256)),
-            causal_proj_dim=int(safe_getattr(args, "rfa_causal_proj_dim", 32)),
-            gate=gate,
-            gate_bias_init=float(DEFAULT_GATE_BIAS[gate] if bias is None else bias),
-            cross_gate=bool(safe_getattr(args, "rfa_cross_gate", False)),
-            feature_map=safe_getattr(args, "rfa_feature_map", "fourier"),
-            learned_tau=bool(safe_getattr(args, "rfa_learned_tau", True)),
-            norm_rescale=bool(safe_getattr(args, "rfa_norm_rescale", False)),
-            tau_init=float(safe_getattr(args, "rfa_tau_init", 1.0)),
-            attentions=parse_rfa_attentions(safe_getattr(args, "rfa_attention", ",".join(RFA_ATTENTIONS))),
-            seed=int(safe_getattr(args, "seed", 1)),
-        )
+        values = {f.name: safe_getattr(args, f"rfa_{f.name}", f.default) for f in fields(cls) if f.name != "seed"}
+        if values["gate_bias_init"] is None:
+            values["gate_bias_init"] = DEFAULT_GATE_BIAS[values["gate"]]
+        parse_rfa_attentions(values["attention"])  # fail early on a misspelled --rfa-attention
+        return cls(**values, seed=int(safe_getattr(args, "seed", cls.seed)))
+
+    @property
+    def attentions(self) -> tuple:
+        """The decoder attentions that use RFA."""
+        return parse_rfa_attentions(self.attention)
 
 
 def parse_rfa_attentions(value: str) -> tuple:
@@ -175,7 +173,7 @@ class RFATransformerDecoder(TransformerDecoder):
                 raise RuntimeError("the cross gate needs the source separator: use the doc_translation task")
             source_starts = sentence_starts(encoder_out["src_tokens"][0], self.source_separator)
         for module, side in self._rfa_modules():
-            module.sentence_starts = target_starts if side == "target" else source_starts
+            module.hand_in(sentence_starts=target_starts if side == "target" else source_starts)
             module.random_matrices.begin_forward()
 
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
@@ -212,10 +210,11 @@ class RFADocTransformerModel(DocTransformerModel):
         parser.add_argument("--rfa-feature-map", choices=FEATURE_MAPS,
                             help="random feature map: fourier (sin/cos, Peng et al. 2021) or positive "
                                  "(exp, Choromanski et al. 2021)")
-        parser.add_argument("--rfa-learned-tau", action="store_true", default=True,
+        # SUPPRESS: when neither flag is given the architecture's default applies
+        parser.add_argument("--rfa-learned-tau", action="store_true", default=argparse.SUPPRESS,
                             help="learn the feature map's temperature τ per head, in causal and cross "
                                  "attention (the default, as the authors' release trains every model)")
-        parser.add_argument("--rfa-fixed-tau", dest="rfa_learned_tau", action="store_false", default=True,
+        parser.add_argument("--rfa-fixed-tau", dest="rfa_learned_tau", action="store_false", default=argparse.SUPPRESS,
                             help="keep τ = 1 (models trained before learned τ became the default)")
         parser.add_argument("--rfa-tau-init", type=float, metavar="T",
                             help="initial value of the learned τ (default 1, as the release)")
@@ -237,16 +236,12 @@ class RFADocTransformerModel(DocTransformerModel):
 
 
 def _rfa_defaults(args):
-    args.rfa_cross_proj_dim = safe_getattr(args, "rfa_cross_proj_dim", 256)
-    args.rfa_causal_proj_dim = safe_getattr(args, "rfa_causal_proj_dim", 32)
-    args.rfa_gate = safe_getattr(args, "rfa_gate", "none")
-    args.rfa_gate_bias_init = safe_getattr(args, "rfa_gate_bias_init", DEFAULT_GATE_BIAS[args.rfa_gate])
-    args.rfa_cross_gate = safe_getattr(args, "rfa_cross_gate", False)
-    args.rfa_feature_map = safe_getattr(args, "rfa_feature_map", "fourier")
-    args.rfa_learned_tau = safe_getattr(args, "rfa_learned_tau", True)
-    args.rfa_norm_rescale = safe_getattr(args, "rfa_norm_rescale", False)
-    args.rfa_tau_init = safe_getattr(args, "rfa_tau_init", 1.0)
-    args.rfa_attention = safe_getattr(args, "rfa_attention", ",".join(RFA_ATTENTIONS))
+    """Every RFA option the arguments lack, from :class:`RFAOptions`."""
+    for field in fields(RFAOptions):
+        if field.name != "seed":
+            setattr(args, f"rfa_{field.name}", safe_getattr(args, f"rfa_{field.name}", field.default))
+    if args.rfa_gate_bias_init is None:
+        args.rfa_gate_bias_init = DEFAULT_GATE_BIAS[args.rfa_gate]
 
 
 @register_model_architecture("rfa_doc_transformer", "rfa_doc_transformer")

@@ -32,7 +32,7 @@ Three forms, one truth (DESIGN.md):
   :class:`~fairseq.modules.MultiheadAttention` caches them (same buffer names and shapes, so
   its ``reorder_incremental_state`` is reused); the sentence ids of the cached keys and of the
   new query are kept by the decoder (see ``models/long_short_transformer.py``) and handed in with
-  :meth:`LongShortMultiheadAttention.set_sentence_ids`.
+  ``LongShortMultiheadAttention.hand_in``.
 
 The class subclasses fairseq's MultiheadAttention to reuse its projections and parameter
 names (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``): a baseline checkpoint loads as is.
@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from .hand_off import HandOff
 from .sentences import same_sentence_mask
 
 IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
@@ -151,14 +152,17 @@ def long_short_attention_reference(
 # ---- training and incremental forms ---------------------------------------------------------
 
 
-class LongShortMultiheadAttention(MultiheadAttention):
+class LongShortMultiheadAttention(HandOff, MultiheadAttention):
     """fairseq's multi-head attention whose first ``local_heads`` heads see only the query's
     sentence (paper 002). Same constructor arguments as fairseq's, plus ``local_heads``.
 
     Sentence ids are not computed here (the module sees hidden states, not tokens): the
-    encoder / decoder that owns this module hands them in with :meth:`set_sentence_ids` before
-    each forward. They are kept (not cleared) after the forward so that activation
-    checkpointing, which reruns the forward during backward, sees the same ids.
+    encoder / decoder that owns this module hands them in before each forward
+    (``hand_in(query_sentence_ids=..., key_sentence_ids=...)``, ``modules/hand_off.py``):
+    ``query_sentence_ids`` [batch, time_q] of the queries of the next forward (the new token
+    only when decoding incrementally), ``key_sentence_ids`` [batch, time_k] of all its keys
+    (cached ones included). For cross attention the query ids are the aligned source sentences
+    (:func:`aligned_source_sentence`). batch is the query batch (batch * beam).
     """
 
     def __init__(self, embed_dim, num_heads, *args, local_heads: int = 0, **kwargs):
@@ -169,27 +173,13 @@ class LongShortMultiheadAttention(MultiheadAttention):
             raise NotImplementedError("long-short term attention supports neither add_bias_kv, "
                                       "add_zero_attn nor xformers")
         self.local_heads = local_heads
-        self.query_sentence_ids: Optional[Tensor] = None
-        self.key_sentence_ids: Optional[Tensor] = None
 
     def extra_repr(self) -> str:
         return f"heads={self.num_heads}, local_heads={self.local_heads}"
 
-    def set_sentence_ids(self, query_sentence_ids: Tensor, key_sentence_ids: Tensor) -> None:
-        """query_sentence_ids: [batch, time_q] of the queries of the next forward (the new token
-        only when decoding incrementally); key_sentence_ids: [batch, time_k] of all its keys
-        (cached ones included). For cross attention the query ids are the aligned source
-        sentences (:func:`aligned_source_sentence`). batch is the query batch (batch * beam)."""
-        self.query_sentence_ids = query_sentence_ids
-        self.key_sentence_ids = key_sentence_ids
-
     def _same_sentence(self, batch: int, query_length: int, key_length: int) -> Tensor:
-        query_ids, key_ids = self.query_sentence_ids, self.key_sentence_ids
-        if query_ids is None or key_ids is None:
-            raise RuntimeError("local heads need sentence ids: call set_sentence_ids() before forward")
-        if tuple(query_ids.shape) != (batch, query_length) or tuple(key_ids.shape) != (batch, key_length):
-            raise RuntimeError(f"sentence ids {tuple(query_ids.shape)} x {tuple(key_ids.shape)} do not fit "
-                               f"this attention ({batch} x {query_length} queries, {key_length} keys)")
+        query_ids = self.handed("query_sentence_ids", (batch, query_length), "its local heads")
+        key_ids = self.handed("key_sentence_ids", (batch, key_length), "its local heads")
         return same_sentence_mask(query_ids, key_ids)
 
     def _split_heads(self, x: Tensor, batch: int) -> Tensor:

@@ -31,6 +31,8 @@ from fairseq.modules.sinusoidal_positional_embedding import (
 )
 from torch import Tensor, nn
 
+from .hand_off import HandOff
+
 
 def slot_positions(slots: int, embed_dim: int) -> Tensor:
     """[slots, dim] sinusoidal encodings of the slot indices (paper 004 eq. 4; Vaswani et al.)."""
@@ -128,7 +130,7 @@ class RecurrentMemory(nn.Module):
         return memory.transpose(0, 1)
 
 
-class MemorySelfAttention(MultiheadAttention):
+class MemorySelfAttention(HandOff, MultiheadAttention):
     """Self-attention of a memory layer: fairseq's self-attention, plus the memory read from and
     written to by the sentence states it produces (paper 004 eq. 1).
 
@@ -148,9 +150,10 @@ class MemorySelfAttention(MultiheadAttention):
     :attr:`next_memory`; while decoding incrementally (``incremental_state`` given) the memory
     is only read, never updated, because the sentence is not finished (§4.2 "Inference").
 
-    Set the memory with :meth:`set_memory` before each forward pass; collect the next memory
-    with :meth:`take_next_memory` (which also drops the references, so no graph outlives the
-    step that made it). These layers are never activation-checkpointed (models/doc_transformer.py
+    The model hands in the memory before each forward pass (``hand_in(memory=M)``,
+    [batch (x beam), slots, dim], ``modules/hand_off.py``) and collects the next memory with
+    :meth:`take_next_memory` (which also drops the references, so no graph outlives the step
+    that made it). These layers are never activation-checkpointed (models/doc_transformer.py
     wrap_layer): their next memory is an output besides their return value.
     """
 
@@ -159,19 +162,13 @@ class MemorySelfAttention(MultiheadAttention):
         if not self.self_attention:
             raise ValueError("MemorySelfAttention is a self-attention (self_attention=True)")
         self.memory = memory
-        self.current_memory: Optional[Tensor] = None
         self.next_memory: Optional[Tensor] = None
-
-    def set_memory(self, memory: Tensor) -> None:
-        """The memory ``M^t`` this sentence reads: [batch (x beam), slots, dim]."""
-        self.current_memory = memory
-        self.next_memory = None
 
     def take_next_memory(self) -> Optional[Tensor]:
         """``M^{t+1}`` [batch, slots, dim] from the last full forward pass (None when decoding
         incrementally); clears the module's memory references."""
-        next_memory = self.next_memory
-        self.current_memory = self.next_memory = None
+        next_memory, self.next_memory = self.next_memory, None
+        self.hand_in()
         return next_memory
 
     def forward(self, query, key, value, key_padding_mask=None, incremental_state=None, need_weights=True,
@@ -182,9 +179,7 @@ class MemorySelfAttention(MultiheadAttention):
                                              before_softmax=before_softmax, need_head_weights=need_head_weights)
         if before_softmax:
             return attention, weights
-        memory = self.current_memory
-        if memory is None:
-            raise RuntimeError("MemorySelfAttention: set_memory() was not called before forward")
+        memory = self.handed("memory", needed_for="its memory read")
         if memory.size(0) != query.size(1):
             raise RuntimeError(f"memory for {memory.size(0)} rows, sentence batch of {query.size(1)}")
         states = query + attention

@@ -1,0 +1,85 @@
+"""Random feature attention (RFA) with a sentential gate: paper 000 §3, Peng et al. (2021).
+
+RFA replaces ``exp(q·k)`` by a dot product of random features, ``φ(q)·φ(k)`` (Rahimi and
+Recht, 2008), so that attention becomes (paper 000 §3.1)::
+
+    RFA(q_t, {k_i}, {v_i}) = φ(q_t)·S_t / φ(q_t)·z_t,   S_t = Σ_i w_ti φ(k_i) v_iᵀ,  z_t = Σ_i w_ti φ(k_i)
+
+* **Cross attention**: S and z summarise the whole source once (``w = 1`` on real tokens).
+* **Causal attention**: S and z summarise the target prefix and follow a recurrence. With
+  the sentential gate (§3.2, "sgate")::
+
+      f_t = σ(w_f·e_{t-1} + b_f) if x_t starts a sentence, else 1        (one gate per head)
+      S_t = f_t S_{t-1} + φ(k_t) v_tᵀ,   z_t = f_t z_{t-1} + φ(k_t)
+
+  and with the weighted-average variant of Miculicich et al. (2018) / Peng et al. (2021)
+  that the paper compares against ("sgate-avg"), the tokens of a sentence that starts
+  with gate f are added with weight (1 - f)::
+
+      S_t = f_t S_{t-1} + c_t φ(k_t) v_tᵀ,   z_t = f_t z_{t-1} + c_t φ(k_t),
+      c_t = 1 - f_s  where s is the first token of t's sentence (c_t = 1 in the first sentence)
+
+  so that, at every sentence start, the memory becomes ``f · previous + (1 - f) · current``.
+  Both are the general recurrence ``S_t = f_t S_{t-1} + c_t φ(k_t) v_tᵀ`` with per-token
+  ``log_forget = log f_t`` and ``key_weight = c_t``; padding is ``f = 1, c = 0``. Every gate
+  depends only on its own example: nothing is shared between the rows of a batch.
+
+The package, by form (DESIGN.md, "three forms, one truth"):
+
+* :mod:`.features`: the random matrices (a seeded bank, a fixed evaluation matrix), the
+  feature maps and the release's key norm-rescale;
+* :mod:`.gates`: the sentential gates as per-token ``log_forget`` and ``key_weight``;
+* :mod:`.state`: the state every form carries, ``[batch, heads, F, dv + 1]`` (S with z as its
+  last column), and the floored readout;
+* :mod:`.reference`: quadratic, masked, written from the formulas for clarity;
+* :mod:`.training`: the training forms, linear in time and memory (causal: chunks of
+  ``chunk_size`` tokens, quadratic inside a chunk, the recurrent state between chunks; cross:
+  the source summary, then a readout);
+* :mod:`.incremental`: one token and constant work per step, for beam search;
+* :mod:`.layers`: the attention modules that fairseq's layers call.
+
+The causal forms share one signature, ``(phi_q, phi_k, v, log_forget, key_weight,
+initial_state) -> (out, final_state)``, and the cross forms ``(phi_q, phi_k, v, key_weight) ->
+(out, state)``, so the tests compare them directly (outputs, final states, gradients).
+
+The feature maps and the kernel they estimate are described in :mod:`.features`.
+
+Numerics: feature maps, states, normalisers and gates are computed in fp32 whatever the
+input dtype (autocast off inside the op); the output is cast back. The normaliser
+``φ(q)·z`` (an estimate of the attention mass, which Fourier features can make small or
+negative) is floored at :data:`NORMALISER_FLOOR`. Decays are applied as ``exp`` of sums of
+``log f`` that are never positive, so no term can overflow.
+
+Shapes: ops take ``[batch, heads, time, dim]``; the modules take fairseq's ``[time, batch,
+embed_dim]``.
+"""
+
+from .features import (
+    FEATURE_MAPS,
+    MIN_TAU,
+    RANDOM_MATRIX_BANK_SIZE,
+    RandomMatrices,
+    feature_map_function,
+    feature_size,
+    l2_normalise,
+    module_seed,
+    norm_rescale_weights,
+    orthogonal_random_matrices,
+    positive_random_features,
+    random_fourier_features,
+)
+from .gates import GATE_VARIANTS, final_key_weights, sentence_gates
+from .incremental import causal_rfa_step, incremental_causal_rfa
+from .layers import RandomFeatureCausalAttention, RandomFeatureCrossAttention
+from .reference import reference_causal_rfa, reference_cross_rfa
+from .state import NORMALISER_FLOOR, join_state, split_state
+from .training import CHUNK_SIZE, chunked_causal_rfa, cross_rfa, cross_rfa_readout, cross_rfa_state
+
+__all__ = [
+    "CHUNK_SIZE", "FEATURE_MAPS", "GATE_VARIANTS", "MIN_TAU", "NORMALISER_FLOOR", "RANDOM_MATRIX_BANK_SIZE",
+    "RandomFeatureCausalAttention", "RandomFeatureCrossAttention", "RandomMatrices", "causal_rfa_step",
+    "chunked_causal_rfa", "cross_rfa", "cross_rfa_readout", "cross_rfa_state", "feature_map_function",
+    "feature_size", "final_key_weights", "incremental_causal_rfa", "join_state", "l2_normalise", "module_seed",
+    "norm_rescale_weights", "orthogonal_random_matrices", "positive_random_features", "random_fourier_features",
+    "reference_causal_rfa", "reference_cross_rfa", "sentence_gates", "split_state",
+]

@@ -1,0 +1,217 @@
+"""Random matrices and feature maps of RFA (paper 000 §3.1), and the release's key norm-rescale.
+
+Feature maps (inputs are L2-normalised, as in Peng et al.; ``τ`` a per-head temperature)::
+
+    fourier:   φ(x) = [sin(W x̂/τ), cos(W x̂/τ)] / √D        φ(x)·φ(y) ≈ exp((x̂·ŷ - 1)/τ²)
+    positive:  φ(x) = exp(W x̂/τ - 1/τ²) / √D               φ(x)·φ(y) ≈ exp((x̂·ŷ - 1)/τ²)
+
+with the D rows of W drawn N(0, I) (orthogonal random features). Both estimate the same
+kernel, which lies in [exp(-2/τ²), 1], so attention approximates ``softmax(q̂·k̂ / τ²)``.
+"""
+
+import math
+import random
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+# Random matrices per attention module that training draws from (one per forward).
+RANDOM_MATRIX_BANK_SIZE = 16
+# τ is clamped here so that a learned temperature can never divide by ~0.
+MIN_TAU = 0.05
+FEATURE_MAPS = ("fourier", "positive")
+
+
+def orthogonal_random_matrices(generator: torch.Generator, count: int, num_heads: int, num_projections: int,
+                               head_dim: int) -> Tensor:
+    """[count, heads, num_projections, head_dim] fp32: rows marginally N(0, I), orthogonal in
+    blocks of ``head_dim`` (orthogonal random features lower the kernel estimate's variance).
+
+    Drawn in fp64 on CPU from ``generator`` only, so a seed always gives the same matrices.
+    """
+    blocks = -(-num_projections // head_dim)
+    shape = (count * num_heads * blocks, head_dim, head_dim)
+    gaussian = torch.randn(shape, generator=generator, dtype=torch.float64)
+    q, r = torch.linalg.qr(gaussian)
+    # sign fix: makes q Haar-distributed (QR alone is biased by its sign convention)
+    q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)
+    # row lengths of Gaussian vectors (chi with head_dim degrees of freedom)
+    lengths = torch.randn(shape, generator=generator, dtype=torch.float64).norm(dim=-1)
+    rows = q.transpose(-1, -2) * lengths.unsqueeze(-1)
+    rows = rows.reshape(count, num_heads, blocks * head_dim, head_dim)[:, :, :num_projections]
+    return rows.float().contiguous()
+
+
+class RandomMatrices(nn.Module):
+    """The random projections of one attention module: a seeded bank, a fixed eval matrix.
+
+    * training: every forward draws a new matrix from a bank of
+      :data:`RANDOM_MATRIX_BANK_SIZE` seeded matrices; the draw depends only on the module's
+      seed, the update number and the number of draws since fairseq's ``set_num_updates``
+      (called before every micro-batch), never on global RNG. So every micro-batch of an update,
+      on every distributed worker and with any ``--update-freq``, draws the same matrices: an
+      update's batch sees one sample of the random features however it is split, and a resumed
+      run draws what an uninterrupted one does;
+    * evaluation: always the same matrix (``eval_matrix``), so the training form, the
+      incremental form and beam search see identical features.
+
+    ``seed`` and ``eval_matrix`` are persistent buffers: a checkpoint restores them exactly,
+    and loading a checkpoint whose seed differs rebuilds the bank from that seed. The bank
+    itself is derived from the seed and not saved (it would be 16x the module's matrices).
+    """
+
+    def __init__(self, num_heads: int, num_projections: int, head_dim: int, seed: int,
+                 bank_size: int = RANDOM_MATRIX_BANK_SIZE):
+        super().__init__()
+        self.num_heads, self.num_projections, self.head_dim = num_heads, num_projections, head_dim
+        self.bank_size = bank_size
+        bank = self._build_bank(seed)
+        self.register_buffer("seed", torch.tensor(seed, dtype=torch.long))
+        self.register_buffer("eval_matrix", bank[0].clone())
+        self.register_buffer("bank", bank, persistent=False)
+        self._bank_seed = seed
+        self.num_updates = 0
+        self.draws_in_update = 0
+        self.holding, self.held = False, None  # see begin_forward
+
+    def _build_bank(self, seed: int) -> Tensor:
+        generator = torch.Generator().manual_seed(seed)
+        return orthogonal_random_matrices(generator, self.bank_size, self.num_heads, self.num_projections,
+                                          self.head_dim)
+
+    def set_num_updates(self, num_updates: int) -> None:
+        # fairseq calls this before every micro-batch (FairseqTask.train_step): the draws restart
+        self.num_updates = num_updates
+        self.draws_in_update = 0
+        self.held = None
+
+    def begin_forward(self) -> None:
+        """Called by the model at the start of each forward pass: the first draw of the pass is
+        held, and every later call in it (activation checkpointing's recomputation in the
+        backward pass) returns that matrix, until the next :meth:`begin_forward`."""
+        self.holding, self.held = True, None
+
+    def draw_index(self) -> int:
+        """Bank index of the next training draw: a hash of (seed, update, draw), no global RNG."""
+        rng = random.Random(f"{self._bank_seed}:{self.num_updates}:{self.draws_in_update}")
+        return rng.randrange(self.bank_size)
+
+    def forward(self) -> Tensor:
+        """[heads, num_projections, head_dim]"""
+        if not self.training:
+            return self.eval_matrix
+        if self.holding and self.held is not None:
+            return self.held
+        index = self.draw_index()
+        self.draws_in_update += 1
+        if self.holding:
+            self.held = self.bank[index]
+        return self.bank[index]
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        seed = int(self.seed.item())
+        if seed != self._bank_seed:
+            self.bank = self._build_bank(seed).to(self.eval_matrix.device)
+            self._bank_seed = seed
+
+    def extra_repr(self) -> str:
+        return (f"heads={self.num_heads}, projections={self.num_projections}, head_dim={self.head_dim}, "
+                f"bank={self.bank_size}, seed={self._bank_seed}")
+
+
+def module_seed(base_seed: int, layer_index: int, role: str) -> int:
+    """Distinct seed per layer and per attention role ("causal", "cross")."""
+    return (int(base_seed) * 1_000_003 + layer_index * 101 + {"causal": 1, "cross": 2}[role]) % (2 ** 62)
+
+
+def l2_normalise(x: Tensor) -> Tensor:
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+
+
+def _projection(random_matrix: Tensor, tau: Optional[Tensor]) -> Tensor:
+    """W / τ: [heads, D, head_dim]."""
+    if tau is None:
+        return random_matrix
+    return random_matrix / tau.clamp_min(MIN_TAU).view(-1, 1, 1)
+
+
+def _project(x: Tensor, projection: Tensor) -> Tensor:
+    """x [..., heads, time, head_dim] (heads third from the end) → [..., heads, time, D].
+
+    einsum turns this into one bmm over heads without expanding W over the batch."""
+    return torch.einsum("...htd,hkd->...htk", l2_normalise(x.float()), projection.float())
+
+
+def random_fourier_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None) -> Tensor:
+    """[..., heads, time, head_dim] → [..., heads, time, 2D] fp32: [sin(Wx̂/τ), cos(Wx̂/τ)] / √D.
+
+    φ(x)·φ(y) = mean_i cos(w_i·(x̂ - ŷ)/τ) ≈ exp(-|x̂ - ŷ|²/2τ²) = exp((x̂·ŷ - 1)/τ²).
+    """
+    projected = _project(x, _projection(random_matrix, tau))
+    num_projections = projected.size(-1)
+    scale = 1.0 / math.sqrt(num_projections)
+    if torch.is_grad_enabled() and projected.requires_grad:
+        return torch.cat([torch.sin(projected), torch.cos(projected)], dim=-1) * scale
+    # inference (decoding): the same values written into one tensor, without temporaries
+    features = projected.new_empty(projected.shape[:-1] + (2 * num_projections,))
+    torch.sin(projected, out=features[..., :num_projections])
+    torch.cos(projected, out=features[..., num_projections:])
+    return features.mul_(scale)
+
+
+def positive_random_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None) -> Tensor:
+    """[..., heads, time, head_dim] → [..., heads, time, D] fp32: exp(Wx̂/τ - 1/τ²) / √D.
+
+    Positive random features (Choromanski et al., 2021) of the same kernel as the Fourier map:
+    E[φ(x)·φ(y)] = exp(x̂·ŷ/τ²) exp(-1/τ²). The exponent is at most |w|/τ - 1/τ² ≤ |w|²/4,
+    bounded for every τ, so no max-subtraction is needed for fp32.
+    """
+    projection = _projection(random_matrix, tau)
+    projected = _project(x, projection)
+    if tau is None:
+        offset = 1.0
+    else:
+        offset = tau.clamp_min(MIN_TAU).float().pow(-2).view(-1, 1, 1)
+    scale = 1.0 / math.sqrt(random_matrix.size(-2))
+    return torch.exp(projected - offset) * scale
+
+
+def feature_map_function(name: str):
+    return {"fourier": random_fourier_features, "positive": positive_random_features}[name]
+
+
+def feature_size(name: str, num_projections: int) -> int:
+    return 2 * num_projections if name == "fourier" else num_projections
+
+
+def norm_rescale_weights(k: Tensor, tau: Optional[Tensor], padding_mask: Optional[Tensor] = None) -> Tensor:
+    """[batch, heads, source] key weights of the release's ``--norm-rescale`` (cross attention).
+
+    The feature map sees only the direction k̂, so it estimates exp((q̂·k̂ - 1)/τ²) and loses
+    the key's length, which softmax attention, exp(q·k/√d), uses: a longer key draws more
+    attention. The release multiplies each key's features by ``exp(½ (|k|·d^-½ / τ)²)`` to put
+    it back (the factor by which exp(-|x - y|²/2) falls short of exp(x·y) for x = k/(d^¼ τ)).
+
+    To keep the factor finite in fp32 the largest exponent over the example's *real* source
+    keys (per head) is subtracted: a factor common to every key of a row cancels in
+    φ(q)·S / φ(q)·z, so neither the padding, nor the other rows of the batch, nor the beam
+    change an example's output (the release took the maximum over padding too). The maximum
+    is a constant for the gradient, as in the release.
+
+    Args:
+        k: [batch, heads, source, head_dim] keys before the feature map
+        tau: [heads] temperatures, or None (τ = 1)
+        padding_mask: [batch, source] bool, True at padding (weight 0 there)
+    """
+    head_dim = k.size(-1)
+    scale = k.float().norm(dim=-1) / math.sqrt(head_dim)  # [batch, heads, source]
+    if tau is not None:
+        scale = scale / tau.float().clamp_min(MIN_TAU).view(-1, 1)
+    exponent = 0.5 * scale.pow(2)
+    if padding_mask is not None:
+        exponent = exponent.masked_fill(padding_mask.bool().unsqueeze(1), float("-inf"))
+    largest = exponent.max(dim=-1, keepdim=True).values.detach()
+    return torch.exp(exponent - largest)
+

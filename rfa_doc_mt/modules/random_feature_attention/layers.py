@@ -1,0 +1,347 @@
+"""The RFA attention modules: fairseq's ``MultiheadAttention`` call signature, the training
+form in ``forward`` and the incremental form with an ``incremental_state``."""
+
+import math
+from typing import Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq.incremental_decoding_utils import with_incremental_state
+from torch import Tensor, nn
+
+from ..hand_off import HandOff
+from .features import FEATURE_MAPS, RandomMatrices, feature_map_function, feature_size, norm_rescale_weights
+from .gates import GATE_VARIANTS, final_key_weights, sentence_gates
+from .incremental import causal_rfa_step
+from .training import CHUNK_SIZE, chunked_causal_rfa, cross_rfa_readout, cross_rfa_state
+
+
+class _RandomFeatureAttentionBase(HandOff, nn.Module):
+    """What causal and cross RFA share: projections, random matrices, τ, feature map, gate."""
+
+    # the gate reads the query input (causal) or the encoder output (cross, ``kdim`` wide)
+    gate_on_keys = False
+
+    def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, kdim: Optional[int] = None,
+                 feature_map: str = "fourier", learned_tau: bool = False, gate: str = "none",
+                 gate_bias_init: float = 0.0, use_gate: bool = False):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by {num_heads} heads")
+        if feature_map not in FEATURE_MAPS:
+            raise ValueError(f"unknown feature map {feature_map!r}; expected one of {FEATURE_MAPS}")
+        if gate not in GATE_VARIANTS:
+            raise ValueError(f"unknown gate {gate!r}; expected one of {GATE_VARIANTS}")
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.head_dim = embed_dim // num_heads
+        self.kdim = kdim or embed_dim
+        self.feature_map = feature_map
+        self.features = feature_size(feature_map, num_projections)
+        self.random_matrices = RandomMatrices(num_heads, num_projections, self.head_dim, seed)
+        self.tau = nn.Parameter(torch.ones(num_heads)) if learned_tau else None
+        self.gate_variant = gate if use_gate else "none"
+        # w_f, b_f of §3.2: one gate per head, from the representation of the token before
+        self.gate_proj = nn.Linear(self.kdim if self.gate_on_keys else embed_dim, num_heads) \
+            if self.gate_variant != "none" else None
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+        self.gate_bias_init = gate_bias_init
+        # the decoder hands in each forward's sentence starts (modules/hand_off.py)
+
+    def _reset_common(self):
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.constant_(self.out_proj.bias, 0.0)
+        if self.gate_proj is not None:
+            nn.init.xavier_uniform_(self.gate_proj.weight)
+            nn.init.constant_(self.gate_proj.bias, self.gate_bias_init)
+
+    def gate_logits(self, x: Tensor) -> Tensor:
+        """[..., embed_dim] → [..., heads] fp32: w_f·e + b_f, in fp32 whatever the module's dtype."""
+        weight, bias = self.gate_proj.weight, self.gate_proj.bias
+        return F.linear(x.float(), weight.float(), bias.float())
+
+    def features_of(self, x: Tensor, random_matrix: Tensor) -> Tensor:
+        """[..., heads, time, head_dim] → [..., heads, time, F] fp32."""
+        return feature_map_function(self.feature_map)(x, random_matrix, self.tau)
+
+    def _require_sentence_starts(self, expected_shape) -> Tensor:
+        return self.handed("sentence_starts", expected_shape, f"its gate {self.gate_variant!r}")
+
+    def _get_input_buffer(self, incremental_state) -> Dict[str, Optional[Tensor]]:
+        result = self.get_incremental_state(incremental_state, "rfa_state")
+        return result if result is not None else {}
+
+    def _set_input_buffer(self, incremental_state, buffer: Dict[str, Optional[Tensor]]):
+        return self.set_incremental_state(incremental_state, "rfa_state", buffer)
+
+    def _merge_heads(self, x: Tensor, dtype: torch.dtype) -> Tensor:
+        """[batch, heads, time, head_dim] → [time, batch, embed_dim]."""
+        batch, heads, time, dim = x.shape
+        return x.permute(2, 0, 1, 3).reshape(time, batch, heads * dim).to(dtype)
+
+
+@with_incremental_state
+class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
+    """Decoder self-attention as causal RFA, optionally with the sentential gate (§3.1-3.2).
+
+    Called like fairseq's ``MultiheadAttention`` by ``TransformerDecoderLayerBase``:
+    ``forward(query=x, key=x, value=x, key_padding_mask, incremental_state, attn_mask)`` with
+    x [time, batch, embed_dim]; causality is built in (``attn_mask``, the future mask, is
+    implied). Incremental state per layer: ``state`` [batch, heads, F, dv + 1] (S and z),
+    ``gate_logit`` [batch, heads] (logit of the last token, used when the next token starts a
+    sentence), ``key_weight`` [batch, heads] (sgate-avg: the current sentence's weight).
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, feature_map: str = "fourier",
+                 learned_tau: bool = False, gate: str = "none", gate_bias_init: float = 2.0,
+                 chunk_size: int = CHUNK_SIZE):
+        super().__init__(embed_dim, num_heads, num_projections, seed, feature_map=feature_map,
+                         learned_tau=learned_tau, gate=gate, gate_bias_init=gate_bias_init, use_gate=gate != "none")
+        self.chunk_size = chunk_size
+        self.in_proj = nn.Linear(embed_dim, 3 * embed_dim)  # q, k, v in one matmul
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        # as fairseq's MultiheadAttention initialises its (then fused) q, k, v projections
+        nn.init.xavier_uniform_(self.in_proj.weight, gain=1 / math.sqrt(2))
+        nn.init.constant_(self.in_proj.bias, 0.0)
+        self._reset_common()
+
+    def forward(self, query: Tensor, key: Optional[Tensor] = None, value: Optional[Tensor] = None,
+                key_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                need_weights: bool = False, attn_mask: Optional[Tensor] = None, **unused) -> Tuple[Tensor, None]:
+        """query [time, batch, embed_dim] → ([time, batch, embed_dim], None); RFA has no weights to return."""
+        if incremental_state is not None:
+            return self._step(query, key_padding_mask, incremental_state), None
+        time, batch, _ = query.shape
+        q, k, v = self._split_qkv(query)
+        with torch.autocast(device_type=query.device.type, enabled=False):
+            random_matrix = self.random_matrices()
+            phi_q, phi_k = self.features_of(q, random_matrix), self.features_of(k, random_matrix)
+            log_forget, key_weight = self._gates(query, key_padding_mask)
+            out, _ = chunked_causal_rfa(phi_q, phi_k, v, log_forget, key_weight, chunk_size=self.chunk_size)
+        return self.out_proj(self._merge_heads(out, v.dtype)), None
+
+    def _split_qkv(self, query: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        time, batch, _ = query.shape
+        qkv = self.in_proj(query).view(time, batch, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 1, 3, 0, 4).unbind(0)  # each [batch, heads, time, head_dim]
+        return q, k, v
+
+    def _gates(self, query: Tensor, key_padding_mask: Optional[Tensor]):
+        """log_forget, key_weight [batch, heads, time] for the whole sequence."""
+        time, batch, _ = query.shape
+        if self.gate_variant == "none":
+            if key_padding_mask is None or not key_padding_mask.any():
+                return None, None
+            return None, (~key_padding_mask.bool()).unsqueeze(1).float().expand(batch, self.num_heads, time)
+        starts = self._require_sentence_starts((batch, time))
+        logits = self.gate_logits(query).permute(1, 2, 0)  # [batch, heads, time]
+        padding = key_padding_mask.bool() if key_padding_mask is not None else None
+        return sentence_gates(logits, starts, self.gate_variant, padding)
+
+    def _step(self, query: Tensor, key_padding_mask: Optional[Tensor], incremental_state) -> Tensor:
+        """One token: query [1, batch, embed_dim] → [1, batch, embed_dim]."""
+        if query.size(0) != 1:
+            raise ValueError("incremental RFA takes one token per call")
+        batch = query.size(1)
+        buffer = self._get_input_buffer(incremental_state)
+        qkv = self.in_proj(query[0]).view(batch, 3, self.num_heads, 1, self.head_dim)
+        with torch.autocast(device_type=query.device.type, enabled=False):
+            # decoding is inference: the fixed evaluation matrix, whatever the mode
+            phi = self.features_of(qkv[:, :2], self.random_matrices.eval_matrix)  # [batch, 2, heads, 1, F]
+            phi_q, phi_k = phi[:, 0, :, 0], phi[:, 1, :, 0]
+            v = qkv[:, 2, :, 0].float()
+            forget = key_weight = None
+            if self.gate_variant != "none":
+                starts = self._require_sentence_starts((batch, 1))[:, 0].unsqueeze(-1)  # [batch, 1]
+                previous_logit = buffer.get("gate_logit")
+                if previous_logit is not None:
+                    forget = torch.where(starts, torch.sigmoid(previous_logit), torch.ones_like(previous_logit))
+                    if self.gate_variant == "sgate-avg":
+                        key_weight = torch.where(starts, torch.sigmoid(-previous_logit), buffer["key_weight"])
+                buffer["gate_logit"] = self.gate_logits(query[0])
+                if self.gate_variant == "sgate-avg":
+                    if key_weight is None:
+                        key_weight = torch.ones_like(buffer["gate_logit"])
+                    buffer["key_weight"] = key_weight
+            if key_padding_mask is not None and key_padding_mask.any():
+                keep = (~key_padding_mask[:, -1].bool()).float().unsqueeze(-1).expand(batch, self.num_heads)
+                key_weight = keep if key_weight is None else key_weight * keep
+                if forget is not None:
+                    forget = torch.where(keep.bool(), forget, torch.ones_like(forget))
+            out, buffer["state"] = causal_rfa_step(phi_q, phi_k, v, buffer.get("state"), forget, key_weight)
+        self._set_input_buffer(incremental_state, buffer)
+        return self.out_proj(out.to(qkv.dtype).reshape(1, batch, self.embed_dim))
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        """Beam search: rows of every state tensor follow ``new_order`` (over batch*beam).
+
+        The state is the largest tensor of a decoding step and is gathered on every step: it
+        is gathered into the buffer the previous step left free (``spare``), so decoding does
+        not allocate (and page-fault) a fresh state per layer per token."""
+        buffer = self._get_input_buffer(incremental_state)
+        if buffer:
+            spare = buffer.pop("spare", None)
+            rows = new_order.size(0)
+            for name, value in list(buffer.items()):
+                if value is None:
+                    continue
+                if name != "state" or value.requires_grad:
+                    buffer[name] = value.index_select(0, new_order)
+                    continue
+                # finished sentences only ever shrink the batch: the first rows of the spare do
+                fits = spare is not None and spare.shape[0] >= rows and spare.shape[1:] == value.shape[1:] \
+                    and spare.dtype == value.dtype
+                buffer[name] = torch.index_select(value, 0, new_order, out=spare[:rows]) if fits \
+                    else value.index_select(0, new_order)
+                spare = value
+            if spare is not None:
+                buffer["spare"] = spare
+            incremental_state = self._set_input_buffer(incremental_state, buffer)
+        return incremental_state
+
+
+@with_incremental_state
+class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
+    """Encoder-decoder attention as RFA: S and z summarise the source once (§3.1).
+
+    Called like fairseq's ``MultiheadAttention`` with ``static_kv=True``. During decoding,
+    (S, z) are computed on the first step, kept in the incremental state and reused; as in
+    fairseq's own encoder-decoder attention (``set_beam_size``), they are kept once per source
+    sentence, not once per beam, and reordered only when sentences leave the batch.
+
+    With ``cross_gate`` the source summary is the final state of the gated recurrence over
+    the source (sentence starts of the source, gates from the encoder output of the token
+    before); the paper found it hurt BLEU, so it is off by default (appendix A.2).
+    """
+
+    gate_on_keys = True
+
+    def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, kdim: Optional[int] = None,
+                 feature_map: str = "fourier", learned_tau: bool = False, gate: str = "none",
+                 gate_bias_init: float = 2.0, cross_gate: bool = False, norm_rescale: bool = False):
+        if cross_gate and gate == "none":
+            raise ValueError("cross gating needs a gate variant (sgate or sgate-avg)")
+        super().__init__(embed_dim, num_heads, num_projections, seed, kdim=kdim, feature_map=feature_map,
+                         learned_tau=learned_tau, gate=gate, gate_bias_init=gate_bias_init, use_gate=cross_gate)
+        self.norm_rescale = norm_rescale
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.kv_proj = nn.Linear(self.kdim, 2 * embed_dim)
+        self.beam_size = 1
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.xavier_uniform_(self.q_proj.weight, gain=1 / math.sqrt(2))
+        nn.init.xavier_uniform_(self.kv_proj.weight, gain=1 / math.sqrt(2))
+        nn.init.constant_(self.q_proj.bias, 0.0)
+        nn.init.constant_(self.kv_proj.bias, 0.0)
+        self._reset_common()
+
+    def set_beam_size(self, beam_size: int):
+        """fairseq's SequenceGenerator announces the beam: beams of a sentence share S, z."""
+        self.beam_size = beam_size
+
+    def source_state(self, key: Tensor, key_padding_mask: Optional[Tensor], random_matrix: Tensor,
+                     sentence_starts: Optional[Tensor] = None) -> Tensor:
+        """key [source, batch, kdim] → state [batch, heads, F, dv + 1] fp32.
+
+        ``sentence_starts`` [batch, source] (source side) is needed only with the cross gate.
+        """
+        source, batch, _ = key.shape
+        kv = self.kv_proj(key).view(source, batch, 2, self.num_heads, self.head_dim)
+        k, v = kv.permute(2, 1, 3, 0, 4).unbind(0)  # [batch, heads, source, head_dim]
+        with torch.autocast(device_type=key.device.type, enabled=False):
+            phi_k = self.features_of(k, random_matrix)
+            padding = key_padding_mask.bool() if key_padding_mask is not None and key_padding_mask.any() else None
+            if self.gate_variant != "none":
+                if sentence_starts is None or tuple(sentence_starts.shape) != (batch, source):
+                    raise RuntimeError("the cross gate needs source sentence starts [batch, source]: use it inside "
+                                       "RFATransformerDecoder, which provides them")
+                logits = self.gate_logits(key).permute(1, 2, 0)
+                log_forget, key_weight = sentence_gates(logits, sentence_starts, self.gate_variant, padding)
+                key_weight = final_key_weights(log_forget, key_weight)
+            else:
+                key_weight = None if padding is None else \
+                    (~padding).unsqueeze(1).float().expand(batch, self.num_heads, source)
+            if self.norm_rescale:
+                rescale = norm_rescale_weights(k, self.tau, padding)
+                key_weight = rescale if key_weight is None else key_weight * rescale
+            return cross_rfa_state(phi_k, v, key_weight)
+
+    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor] = None,
+                key_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                need_weights: bool = False, static_kv: bool = True, **unused) -> Tuple[Tensor, None]:
+        """query [time, batch, embed_dim], key [source, batch, kdim] → ([time, batch, embed_dim], None)."""
+        time, batch, _ = query.shape
+        if incremental_state is None:
+            random_matrix = self.random_matrices()
+            state = self.source_state(key, key_padding_mask, random_matrix, self.handed_or_none("sentence_starts"))
+        else:
+            # decoding is inference: the fixed evaluation matrix, whatever the mode
+            random_matrix = self.random_matrices.eval_matrix
+            buffer = self._get_input_buffer(incremental_state)
+            state = buffer.get("state")
+            if state is None:
+                if key is None:
+                    raise ValueError("cross attention needs the encoder output on its first call")
+                starts = self.handed_or_none("sentence_starts")
+                if self.beam_size > 1:
+                    # rows are [sentence, beam] with equal sources: one summary per sentence
+                    if batch % self.beam_size:
+                        raise ValueError(f"batch of {batch} rows is not [sentences x beam {self.beam_size}]")
+                    key = key[:, ::self.beam_size]
+                    key_padding_mask = key_padding_mask[::self.beam_size] if key_padding_mask is not None else None
+                    starts = starts[::self.beam_size] if starts is not None else None
+                buffer["state"] = state = self.source_state(key, key_padding_mask, random_matrix, starts)
+                self._set_input_buffer(incremental_state, buffer)
+        rows = buffer.get("rows") if incremental_state is not None else None
+        return self.out_proj(self._read(query, state, random_matrix, rows)), None
+
+    def _read(self, query: Tensor, state: Tensor, random_matrix: Tensor, rows: Optional[Tensor] = None) -> Tensor:
+        """query [time, batch, embed_dim], state [stored, heads, F, dv + 1] → [time, batch, embed_dim].
+
+        The batch holds ``batch // sources`` consecutive rows (beams) per source; source i reads
+        ``state[rows[i]]`` (``rows`` None: state[i])."""
+        time, batch, _ = query.shape
+        sources = state.size(0) if rows is None else rows.numel()
+        q = self.q_proj(query)
+        with torch.autocast(device_type=query.device.type, enabled=False):
+            # [sources, heads, beams*time, head_dim]: the beams of a source read the same state
+            heads_q = q.view(time, sources, batch // sources, self.num_heads, self.head_dim)
+            heads_q = heads_q.permute(1, 3, 2, 0, 4).reshape(sources, self.num_heads, -1, self.head_dim)
+            phi_q = self.features_of(heads_q, random_matrix)
+            if rows is None:
+                out = cross_rfa_readout(phi_q, state)
+            else:
+                # queries of finished sentences are zero (their output, 0 / floor, is dropped)
+                stored = phi_q.new_zeros((state.size(0),) + phi_q.shape[1:]).index_copy_(0, rows, phi_q)
+                out = cross_rfa_readout(stored, state).index_select(0, rows)
+            out = out.view(sources, self.num_heads, batch // sources, time, self.head_dim)
+            out = out.permute(3, 0, 2, 1, 4).reshape(time, batch, self.embed_dim)
+        return out.to(q.dtype)
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        """Reorder per source sentence: nothing to do unless sentences left the batch.
+
+        When sentences finish, their summaries are not copied away at once: ``rows`` records
+        which stored summary each remaining sentence reads, and the state is compacted only once
+        a quarter of it is unused. Gathering the state on every step a sentence finishes would
+        copy it nearly every step (it is [sentences, heads, F, dv + 1], far larger than a short
+        source's keys and values); this way the copies stay a bounded multiple of one state and
+        each step reads at most 4/3 of the summaries it needs."""
+        buffer = self._get_input_buffer(incremental_state)
+        state = buffer.get("state")
+        if state is None:
+            return incremental_state
+        rows = buffer.get("rows")
+        active = state.size(0) if rows is None else rows.numel()
+        if active * self.beam_size == new_order.size(0):
+            return incremental_state  # beams only moved within their sentence
+        order = new_order.view(-1, self.beam_size)[:, 0] // self.beam_size if self.beam_size > 1 else new_order
+        rows = order if rows is None else rows.index_select(0, order)
+        if 4 * rows.numel() <= 3 * state.size(0):
+            buffer["state"], rows = state.index_select(0, rows), None
+        buffer["rows"] = rows
+        return self._set_input_buffer(incremental_state, buffer)

@@ -1,0 +1,190 @@
+"""Which systems each experiment trains (on the embedded corpus and on the papers' corpora),
+the systems to train for a set of rows, and the training arguments that give each its budget."""
+
+from typing import Dict, List, Optional, Tuple
+
+from ..data.io import DataError
+from .papers import (
+    EMBEDDED,
+    FULL_BUDGET,
+    LSH_ATTENTIONS,
+    MEMORY_FINETUNE_SHARE,
+    MEMORY_STAGE1,
+    PAPER_RFA_TABLE1,
+    VALIDATIONS_PER_RUN,
+    Experiment,
+    System,
+    demo,
+)
+from .tables import (
+    table_lsh_table2,
+    table_lstm,
+    table_memory_table1,
+    table_rfa_figure3,
+    table_rfa_figure4,
+    table_rfa_table1,
+)
+
+# ---------------------------------------------------------------------------------------
+# the experiments
+
+
+def _rfa_family(prefix: str) -> Dict[str, str]:
+    return {"transformer": f"{prefix}_transformer", "rfa": f"{prefix}_rfa", "rfa_sgate": f"{prefix}_sgate",
+            "rfa_sgate_avg": f"{prefix}_sgate_avg"}
+
+
+def rfa_table1_systems(prefix: Optional[str]) -> List[Tuple[str, System]]:
+    labels = {"transformer": "Transformer", "rfa": "RFA", "rfa_sgate_avg": "RFA-sgate-avg", "rfa_sgate": "RFA-sgate"}
+    rows = []
+    for row_id in PAPER_RFA_TABLE1:
+        family, window = row_id.rsplit("_L", 1)
+        if prefix is None:
+            system = demo(row_id, labels[family])
+        else:
+            system = System(labels[family], f"configs/rfa/{_rfa_family(prefix)[family]}_L{window}.sh")
+        rows.append((row_id, system))
+    return rows
+
+
+def rfa_figure3_systems(prefix: Optional[str]) -> List[Tuple[str, System]]:
+    rows = []
+    for family, label in (("transformer", "Transformer"), ("rfa", "RFA")):
+        for window in (1, 2, 3, 4):
+            row_id = f"{family}_L{window}"
+            system = demo(row_id, f"{label} L={window}") if prefix is None else \
+                System(f"{label} L={window}", f"configs/rfa/{_rfa_family(prefix)[family]}_L{window}.sh")
+            rows.append((row_id, system))
+    return rows
+
+
+def lsh_systems(embedded: bool) -> List[Tuple[str, System]]:
+    if embedded:  # full attention with k context sentences is the concatenation transformer at L = k + 1
+        return [("full_k0", demo("transformer_L1", "full attention, k=0")),
+                ("full_k3", demo("transformer_L4", "full attention, k=3")),
+                ("self_k0", demo("lsh_self_k0", "LSH self, k=0")), ("self_k3", demo("lsh_self_k3", "LSH self, k=3")),
+                ("self-cross_k0", demo("lsh_self_cross_k0", "LSH self+cross, k=0")),
+                ("self-cross_k3", demo("lsh_L4", "LSH self+cross, k=3"))]
+    return [(f"{attention}_k{k}", System(f"{LSH_ATTENTIONS[attention]}, k={k}",
+                                         f"configs/lsh/{attention.replace('-', '_')}_k{k}.sh"))
+            for attention in LSH_ATTENTIONS for k in (0, 3, 9, 12)]
+
+
+def memory_systems(embedded: bool) -> List[Tuple[str, System]]:
+    if embedded:
+        def fine_tuned(name, label):
+            return demo(name, label, MEMORY_STAGE1, MEMORY_FINETUNE_SHARE)
+        return [("baseline", demo("transformer_L1", "sentence-level transformer (L=1)")),
+                ("memory", fine_tuned("memory_L1", "memory, fine-tuned from it")),
+                ("both_lower", fine_tuned("memory_both_0", "memory, lower layer")),
+                ("both_all", fine_tuned("memory_both_01", "memory, every layer")),
+                ("both_top", fine_tuned("memory_L1", "memory, fine-tuned from it")),
+                ("source_top", fine_tuned("memory_source_1", "memory, source side")),
+                ("target_top", fine_tuned("memory_target_1", "memory, target side"))]
+    base = System("sentence-level transformer", "configs/memory/baseline.sh")
+    rows = [("baseline", base),
+            ("memory", System("memory, fine-tuned from it", "configs/memory/both_5.sh", base.key))]
+    for row_id, name in (("both_lower", "both_0-1"), ("both_middle", "both_2-3"), ("both_upper", "both_4-5"),
+                         ("both_top", "both_5"), ("source_top", "source_5"), ("target_top", "target_5")):
+        rows.append((row_id, System(name, f"configs/memory/{name}.sh", base.key)))
+    return rows
+
+
+def lstm_systems(embedded: bool) -> List[Tuple[str, System]]:
+    if embedded:
+        return [("1to1", demo("transformer_L1", "1-to-1 transformer")),
+                ("3to3", demo("transformer_L3", "3-to-3 transformer")),
+                ("3to3_lstm", demo("lstm_L3", "3-to-3 long-short term masking"))]
+    return [("1to1", System("1-to-1 transformer", "configs/lstm/lstm_L1.sh")),
+            ("3to3", System("3-to-3 transformer", "configs/lstm/transformer_3to3.sh")),
+            ("3to3_lstm", System("3-to-3 long-short term masking", "configs/lstm/lstm_3to3.sh"))]
+
+
+EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
+    Experiment("rfa_table1", "Paper 000, Table 1: BLEU at L = 1 and L = 4", "000",
+               {EMBEDDED: rfa_table1_systems(None), "iwslt15": rfa_table1_systems("iwslt"),
+                "opensub-bleu": rfa_table1_systems("opensub_bleu")}, False, table_rfa_table1),
+    Experiment("rfa_figure3", "Paper 000, Figure 3: contrastive consistency per phenomenon, L = 1..4", "000",
+               {EMBEDDED: rfa_figure3_systems(None), "opensub-consistency": rfa_figure3_systems("opensub_consistency")},
+               True, table_rfa_figure3),
+    Experiment("rfa_figure4", "Paper 000, Figure 4: RFA's decoding speedup over the transformer", "000",
+               {EMBEDDED: [], "iwslt15": []}, False, table_rfa_figure4, benchmark="decode_speed"),
+    Experiment("lsh_table2", "Paper 003, Table 2: LSH attention against the context size", "003",
+               {EMBEDDED: lsh_systems(True), "paper": lsh_systems(False)}, False, table_lsh_table2,
+               benchmark="training_memory"),
+    Experiment("memory_table1", "Paper 004, Tables 1 and 3: recurrent memory fine-tuned from the sentence model",
+               "004", {EMBEDDED: memory_systems(True), "paper": memory_systems(False)}, False, table_memory_table1),
+    Experiment("lstm", "Paper 002: 1-to-1, 3-to-3 and 3-to-3 long-short term masking", "002",
+               {EMBEDDED: lstm_systems(True), "paper": lstm_systems(False)}, False, table_lstm),
+]}
+for _experiment in EXPERIMENTS.values():
+    _experiment.script = f"scripts/reproduce_{_experiment.name}.sh"
+
+
+# systems that no table shows but others start from (looked up by key)
+STAGE1_SYSTEMS = {MEMORY_STAGE1.key: MEMORY_STAGE1}
+
+
+def systems_to_train(rows) -> List[System]:
+    """The distinct systems behind (row id, system) pairs, with the systems they start from
+    (which run first)."""
+    systems: List[System] = []
+    for _, system in rows:
+        if system.key not in [s.key for s in systems]:
+            systems.append(system)
+    known = {s.key: s for s in systems}
+    for system in list(systems):
+        if system.starts_from and system.starts_from not in known:
+            parent = STAGE1_SYSTEMS.get(system.starts_from)
+            if parent is None:
+                raise DataError(f"{system.config} starts from {system.starts_from}, which no experiment trains")
+            systems.insert(0, parent)
+            known[parent.key] = parent
+    return systems
+
+
+def validation_interval(budget: int) -> int:
+    return max(1, budget // VALIDATIONS_PER_RUN)
+
+
+def embedded_train_args(system: System, budget: int) -> List[str]:
+    """fairseq-train arguments that give a system its share of the budget, validated (and
+    offered as checkpoint_best.pt) at the same updates as every other system."""
+    interval = validation_interval(budget)
+    return ["--max-update", str(system.updates(budget)), "--validate-interval-updates", str(interval),
+            "--save-interval-updates", str(interval), "--keep-interval-updates", "1"]
+
+
+def budget_note(args, results: dict) -> str:
+    if args.smoke:
+        return "Smoke run: 3 updates per system, a tiny corpus; the numbers test the machinery only."
+    if args.corpus != EMBEDDED:
+        return ("Updates: as the paper configs train (until early stopping), shown per row; the learning "
+                "curves are in the PNG beside this table.")
+    short = "" if args.budget >= FULL_BUDGET else \
+        f" **A short run**: the full reproduction trains {FULL_BUDGET} updates per system."
+    return (f"Every system trained {args.budget} updates of up to 4096 tokens (a fine-tuned memory model: "
+            f"{MEMORY_STAGE1.updates(args.budget)} sentence-level + {int(round(args.budget * MEMORY_FINETUNE_SHARE))} "
+            f"fine-tuning, of up to 1400 tokens a sentence step, about 4k tokens an update), validated every "
+            f"{validation_interval(args.budget)} updates; each row's model is its checkpoint with the lowest "
+            f"validation loss.{short} Learning curves: the PNG beside this table.")
+
+
+def print_list(budget: int) -> None:
+    """Every experiment, corpus and system with its config and its number of updates."""
+    for experiment in EXPERIMENTS.values():
+        print(f"{experiment.name}: {experiment.title}  [{experiment.script}]")
+        for corpus, rows in experiment.corpora.items():
+            if not rows:
+                print(f"  --corpus {corpus}: benchmark only")
+                continue
+            print(f"  --corpus {corpus}:")
+            for system in systems_to_train(rows):
+                if corpus == EMBEDDED:
+                    updates = f"{system.updates(budget)} updates"
+                    if system.starts_from:
+                        updates += f", fine-tuned from {system.starts_from}"
+                else:
+                    updates = "updates: the config's (early stopping)" + \
+                        (f", fine-tuned from {system.starts_from}" if system.starts_from else "")
+                print(f"    {system.key:40s} {system.config:40s} {updates}")

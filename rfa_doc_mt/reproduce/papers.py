@@ -1,0 +1,106 @@
+"""The papers' experiments as this project runs them: what a system is, what an experiment is,
+the budget every embedded system gets, and the papers' own numbers (shown beside ours)."""
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ..data.io import DataError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHARED_WIT3 = os.path.join(ROOT, "..", "shared", "data", "iwslt15-zh-en")
+EMBEDDED = "embedded"
+
+# Updates per system on the embedded corpus: the same for every system of every table (the
+# memory model's two stages together), enough for the transformer L=4's validation loss to have
+# flattened: trained for 2000 updates, its validation loss was 1.379 at 600, 1.360 at 1000 and
+# 1.345 at 2000 (README: its learning curve). --budget N runs shorter, and its tables say so.
+FULL_BUDGET = 1000
+# The memory model (paper 004) is fine-tuned from a sentence-level transformer: stage 1 gets
+# 3/4 of the budget, the fine-tuning 1/4, so that both stages together match the other systems.
+MEMORY_FINETUNE_SHARE = 0.25
+# Validations per run, at the same updates for every system: learning curves, and checkpoint
+# selection (checkpoint_best.pt) among the same points.
+VALIDATIONS_PER_RUN = 16
+# --smoke: a tiny corpus and a few updates, to test the machinery end to end
+SMOKE_CORPUS = ["--train-documents", "40", "--valid-documents", "4", "--test-documents", "3",
+                "--contrastive-pairs", "10", "--workers", "1"]
+SMOKE_TRAIN_ARGS = ["--max-update", "3", "--max-tokens", "1024", "--log-interval", "1"]
+
+
+# ---------------------------------------------------------------------------------------
+# systems and experiments
+
+
+@dataclass(frozen=True)
+class System:
+    """One trained model: ``config`` (relative to the project root) run by run_system.sh.
+
+    ``starts_from``: the key of the system it is fine-tuned from. ``share``: its part of the
+    embedded budget (the memory model's stage 1 and 2 together make one budget). ``name``: its
+    run directory when the config alone does not tell it (a stage-1 run of a shared config)."""
+
+    label: str
+    config: str
+    starts_from: Optional[str] = None
+    share: float = 1.0
+    name: Optional[str] = None
+
+    @property
+    def key(self) -> str:
+        """Its run directory under OUT/runs: the config path without configs/ and .sh."""
+        if self.name:
+            return self.name
+        path = self.config[len("configs/"):] if self.config.startswith("configs/") else self.config
+        return path[:-3].replace("/", "-") if path.endswith(".sh") else path.replace("/", "-")
+
+    def updates(self, budget: int) -> int:
+        return max(1, int(round(budget * self.share)))
+
+
+def demo(name: str, label: str, starts_from: Optional[System] = None, share: float = 1.0,
+         run_name: Optional[str] = None) -> System:
+    return System(label, f"configs/demo/{name}.sh", starts_from.key if starts_from else None, share, run_name)
+
+
+# stage 1 of the embedded memory model: the L=1 transformer, trained for its share of the budget
+MEMORY_STAGE1 = demo("transformer_L1", "sentence-level transformer, stage 1 of the memory model",
+                     share=1 - MEMORY_FINETUNE_SHARE, run_name="demo-transformer_L1-memory_stage1")
+
+
+@dataclass
+class Experiment:
+    name: str
+    title: str
+    paper: str
+    corpora: Dict[str, List[Tuple[str, System]]]  # corpus → [(row id, system)]
+    needs_consistency: bool
+    table: Callable  # (experiment, context) → (markdown, json rows)
+    benchmark: Optional[str] = None  # "decode_speed" or "training_memory"
+    script: str = ""
+
+    def systems(self, corpus: str) -> List[Tuple[str, System]]:
+        if corpus not in self.corpora:
+            raise DataError(f"{self.name}: unknown corpus {corpus!r}; it knows {', '.join(self.corpora)}")
+        return self.corpora[corpus]
+
+
+# Paper numbers (the papers' text): shown beside ours, never compared as if comparable.
+PAPER_RFA_TABLE1 = {  # paper 000, Table 1: BLEU, IWSLT15 zh-en and OpenSubtitles2018 en-ru
+    "transformer_L1": (31.7, 32.6), "rfa_L1": (31.0, 32.9), "transformer_L4": (30.4, 33.1),
+    "rfa_L4": (30.7, 33.2), "rfa_sgate_avg_L4": (30.8, 33.0), "rfa_sgate_L4": (31.2, 33.2)}
+PAPER_RFA_SPEEDUP = {  # paper 000 §5 (text of Figure 4): RFA/transformer tokens per second
+    "cpu": {1: 1.58, 15: 19.2}, "gpu": {15: 2.09}}
+PAPER_LSH_TABLE2 = {  # paper 003, Table 2: IWSLT EN→DE BLEU, ContraPro accuracy, WMT peak memory (GB)
+    ("full", 0): (23.3, 42.4, 5.5), ("full", 3): (23.6, 69.2, 7.8), ("full", 9): ("OOM", "OOM", 9.6),
+    ("full", 12): ("OOM", "OOM", "OOM"),
+    ("self", 0): (22.6, 38.4, 5.1), ("self", 3): (23.0, 50.1, 5.7), ("self", 9): (23.2, 50.4, 6.8),
+    ("self", 12): (23.6, 46.3, 7.0),
+    ("self-cross", 0): (22.5, 40.3, 9.6), ("self-cross", 3): (22.7, 59.8, 9.3),
+    ("self-cross", 9): (22.1, 51.7, 9.0), ("self-cross", 12): (19.8, 51.8, 9.4)}
+PAPER_MEMORY_TABLE1 = {"baseline": (24.73, None), "memory": (25.62, 29.47)}  # paper 004, TED s-/d-BLEU
+PAPER_MEMORY_TABLE3 = {  # paper 004, Table 3 (TED, 6 layers): side, layers → s-BLEU, d-BLEU
+    "both 0-1": (25.31, 29.13), "both 2-3": (25.30, 29.23), "both 4-5": (25.43, 29.22),
+    "both 5": (25.62, 29.47), "source 5": (25.42, 29.33), "target 5": (25.43, 29.25)}
+
+LSH_ATTENTIONS = {"full": "full attention", "self": "LSH self-attention", "self-cross": "LSH self- & cross-attention"}

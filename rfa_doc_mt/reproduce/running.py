@@ -1,0 +1,270 @@
+"""Running systems: the checks before any long work (data, configs, architectures), training,
+decoding and scoring each system through scripts/run_system.sh, the benchmarks, and the embedded
+corpus."""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..data.io import DataError, atomic_write
+from .papers import EMBEDDED, ROOT, SHARED_WIT3, SMOKE_CORPUS, System
+from .tables import read_json
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# input checks
+
+
+def data_problems(data: str, needs_consistency: bool, selects_on_consistency: bool = False) -> List[str]:
+    """What is missing from a prepared corpus (empty: nothing). ``selects_on_consistency``: the
+    configs validate on DATA/valid_consistency (paper 000's consistency models, appendix A.2)."""
+    if not os.path.isdir(data):
+        return [f"{data}: data directory not found (prepare one with scripts/prepare_*.sh)"]
+    prep_path = os.path.join(data, "prep.json")
+    if not os.path.isfile(prep_path):
+        return [f"{data}: no prep.json: not a corpus prepared by scripts/prepare_*.sh"]
+    prep = read_json(prep_path)
+    source, target = prep["source_lang"], prep["target_lang"]
+    problems = []
+    for split in ("train", "valid", "test"):
+        for lang in (source, target):
+            path = os.path.join(data, f"{split}.{source}-{target}.{lang}.idx")
+            if not os.path.isfile(path):
+                problems.append(f"{path}: missing (the {split} split is needed)")
+    if needs_consistency and not os.path.isdir(os.path.join(data, "consistency")):
+        problems.append(f"{data}/consistency: missing: this experiment scores contrastive sets "
+                        "(scripts/prepare_consistency.sh writes them)")
+    if selects_on_consistency and not os.path.isfile(os.path.join(data, "valid_consistency", "consistency.json")):
+        problems.append(f"{data}/valid_consistency: missing: these configs select checkpoints on the consistency of "
+                        "contrastive dev sets "
+                        "(scripts/prepare_consistency.sh --out DATA/valid_consistency DEV.json ...)")
+    return problems
+
+
+_SOURCE_LINE = re.compile(r"^\s*(?:source|\.)\s+(\S.*?)\s*$", re.MULTILINE)
+_ARCH = re.compile(r"--arch[= ]+([A-Za-z0-9_]+)")
+
+
+def _sourced_path(expression: str, config: str) -> Optional[str]:
+    """The file a config's ``source`` line names, for the two forms the configs use: from the
+    project (``${RFA_DOC_MT_ROOT:-...}/configs/...``) and beside the config
+    (``$(dirname "${BASH_SOURCE[0]}")/...``); None for any other."""
+    if "RFA_DOC_MT_ROOT" in expression:
+        return os.path.join(ROOT, expression.rsplit("}", 1)[1].strip('"').lstrip("/"))
+    if "BASH_SOURCE" in expression:
+        return os.path.join(os.path.dirname(config), expression.rsplit(")", 1)[1].strip('"').lstrip("/"))
+    return None
+
+
+def config_architectures(config: str) -> Tuple[List[str], List[str]]:
+    """Every ``--arch`` a config and the files it sources name, read as text (no bash runs):
+    (architectures, problems). A config that chooses between architectures (configs/lsh/common.sh
+    by ATTENTION) names each of them."""
+    archs, problems, seen, queue = [], [], set(), [config]
+    while queue:
+        path = os.path.normpath(queue.pop(0))
+        if path in seen:
+            continue
+        seen.add(path)
+        if not os.path.isfile(path):
+            problems.append(f"sources {path}, which does not exist")
+            continue
+        with open(path, encoding="utf-8") as handle:
+            text = "\n".join(line for line in handle.read().splitlines() if not line.lstrip().startswith("#"))
+        archs += [arch for arch in dict.fromkeys(_ARCH.findall(text)) if arch not in archs]
+        for expression in _SOURCE_LINE.findall(text):
+            sourced = _sourced_path(expression, path)
+            if sourced is None:
+                problems.append(f"sources {expression}, which this check cannot follow")
+            else:
+                queue.append(sourced)
+    return archs, problems
+
+
+def config_problems(systems: Sequence[System]) -> List[str]:
+    """Missing configs, configs without an architecture, architectures fairseq does not know."""
+    problems, archs = [], {}
+    for system in systems:
+        path = os.path.join(ROOT, system.config)
+        if not os.path.isfile(path):
+            problems.append(f"{system.config}: config file not found")
+            continue
+        names, config_errors = config_architectures(path)
+        problems += [f"{system.config}: {error}" for error in config_errors]
+        if not names:
+            problems.append(f"{system.config}: MODEL_ARGS has no --arch")
+            continue
+        archs[system.config] = names
+    if archs:
+        import logging
+
+        # fairseq's import announces an optional package it lacks; not this script's business
+        logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+        from fairseq.models import ARCH_MODEL_REGISTRY
+
+        from .. import models  # noqa: F401  (registers this project's architectures)
+
+        for config, names in archs.items():
+            problems += [f"{config}: unknown architecture {arch!r}"
+                         for arch in names if arch not in ARCH_MODEL_REGISTRY]
+    return problems
+
+
+# ---------------------------------------------------------------------------------------
+# running systems
+
+
+def finished(run_dir: str, needs_consistency: bool) -> bool:
+    if not os.path.isfile(os.path.join(run_dir, "test.bleu.json")):
+        return False
+    return not needs_consistency or os.path.isfile(os.path.join(run_dir, "consistency.json"))
+
+
+def run_systems(systems: Sequence[System], data: str, runs: str, jobs: int,
+                train_args: Dict[str, Sequence[str]]) -> None:
+    """Train, decode and score each system (scripts/run_system.sh), ``jobs`` at a time, with
+    its extra fairseq-train arguments ``train_args[system.key]``.
+
+    A fine-tuned system starts once the system it starts from has finished. Prints a line per
+    start and finish; raises DataError listing the failures at the end."""
+    scoring_consistency = os.path.isdir(os.path.join(data, "consistency"))
+    by_key = {s.key: s for s in systems}
+    pending = [s for s in systems if not finished(os.path.join(runs, s.key), scoring_consistency)]
+    for system in systems:
+        if system not in pending:
+            log(f"{system.key}: finished earlier (OUT/runs/{system.key}), skipped")
+    total, started = len(pending), 0
+    running: Dict[str, Tuple[subprocess.Popen, float, object]] = {}
+    failed: Dict[str, str] = {}
+    os.makedirs(runs, exist_ok=True)
+    begun = time.monotonic()
+    while pending or running:
+        for key, (process, start, handle) in list(running.items()):
+            if process.poll() is None:
+                continue
+            handle.close()
+            del running[key]
+            log_path = os.path.join(runs, f"{key}.log")
+            if process.returncode == 0:
+                log(f"finished {key} in {time.monotonic() - start:.0f} s "
+                    f"({total - len(pending) - len(running)}/{total} done, {time.monotonic() - begun:.0f} s so far)")
+            else:
+                with open(log_path, encoding="utf-8", errors="replace") as f:
+                    tail = "".join(f.readlines()[-12:])
+                failed[key] = log_path
+                log(f"FAILED {key} (exit {process.returncode}); the end of {log_path}:\n{tail}")
+        for system in list(pending):
+            if len(running) >= jobs:
+                break
+            parent = by_key.get(system.starts_from) if system.starts_from else None
+            if parent is not None:
+                if parent.key in failed:
+                    failed[system.key] = f"starts from {parent.key}, which failed"
+                    pending.remove(system)
+                    log(f"skipped {system.key}: it starts from {parent.key}, which failed")
+                    continue
+                if parent in pending or parent.key in running:
+                    continue
+            pending.remove(system)
+            started += 1
+            run_dir = os.path.join(runs, system.key)
+            system_env = dict(os.environ, OMP_NUM_THREADS="1")
+            if parent is not None:  # main() checked that every starts_from is in the plan
+                system_env["MEMORY_PRETRAINED"] = os.path.join(runs, parent.key, "checkpoint_best.pt")
+            command = [os.path.join(ROOT, "scripts", "run_system.sh"), os.path.join(ROOT, system.config), data,
+                       run_dir, *train_args.get(system.key, ())]
+            handle = open(os.path.join(runs, f"{system.key}.log"), "a", encoding="utf-8")
+            handle.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(command)}\n")
+            handle.flush()
+            process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=system_env)
+            running[system.key] = (process, time.monotonic(), handle)
+            log(f"started {system.key} [{started}/{total}] (progress: tail -f {runs}/{system.key}.log)")
+        if running:
+            time.sleep(1.0)
+    if failed:
+        raise DataError("systems failed: " + "; ".join(f"{k} ({v})" for k, v in failed.items()))
+
+
+# ---------------------------------------------------------------------------------------
+# benchmarks
+
+
+def run_benchmark(kind: str, out: str, corpus_data: str, smoke: bool) -> dict:
+    """The experiment's benchmark (skipped when its JSON exists): decode_speed or training_memory."""
+    bench_dir = os.path.join(out, "bench")
+    os.makedirs(bench_dir, exist_ok=True)
+    path = os.path.join(bench_dir, f"{kind}.json")
+    if os.path.isfile(path):
+        log(f"{kind}: measured earlier ({path}), not re-run")
+        return read_json(path)
+    python = sys.executable
+    if kind == "decode_speed":
+        settings = ["--window-sizes", "1,2", "--batch-scale", "0.004", "--batches", "1"] if smoke else \
+            ["--batch-scale", str(1 / 32), "--batches", "1"]
+        command = [python, "-m", "rfa_doc_mt.bench.decode_speed", "run", "--data", corpus_data, "--out", path,
+                   "--threads", "1", *settings]
+        plot = [python, "-m", "rfa_doc_mt.bench.decode_speed", "plot", path, "--out",
+                os.path.join(out, "rfa_figure4.png")]
+    else:
+        settings = ["--quick", "--context-sizes", "0,3"] if smoke else ["--tokens", "3133"]
+        command = [python, "-m", "rfa_doc_mt.bench.training_memory", "run", "--out", path, "--threads", "1",
+                   *settings]
+        plot = [python, "-m", "rfa_doc_mt.bench.training_memory", "plot", path, "--out",
+                os.path.join(out, "lsh_table2_memory.png")]
+    log(f"{kind}: {shlex.join(command)} (log: {bench_dir}/{kind}.log)")
+    with open(os.path.join(bench_dir, f"{kind}.log"), "w", encoding="utf-8") as handle:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                                   env=dict(os.environ, PYTHONPATH=ROOT))
+        for line in process.stdout:  # progress: the benchmark's own per-setting lines, not fairseq's logging
+            handle.write(line)
+            handle.flush()
+            if line.strip() and not line.startswith(("INFO:", "WARNING:", "  warnings.warn", "/")):
+                log(f"{kind}: {line.strip()}")
+        if process.wait() != 0:
+            raise DataError(f"{kind} benchmark failed; see {bench_dir}/{kind}.log")
+    subprocess.run(plot, check=True, capture_output=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    return read_json(path)
+
+
+def speed_corpus(out: str, corpus: str, data: Optional[str], smoke: bool, embedded_data: str) -> str:
+    """Source text for the decode-speed benchmark: the given corpus; on the embedded setting the
+    IWSLT15 test talks of ../shared/data when present (long documents, as the paper's L = 15
+    needs), else the synthetic corpus (whose documents are shorter: the JSON says so)."""
+    if corpus != EMBEDDED:
+        return data
+    if os.path.isdir(SHARED_WIT3) and not smoke:
+        target = os.path.join(out, "iwslt15")
+        if not os.path.isfile(os.path.join(target, "prep.json")):
+            log(f"preparing the IWSLT15 test talks -> {target}")
+            subprocess.run([os.path.join(ROOT, "scripts", "prepare_iwslt15.sh"), "--wit3-dir", SHARED_WIT3,
+                            "--out", target], check=True, stdout=subprocess.DEVNULL)
+        return target
+    return embedded_data
+
+
+def prepare_embedded(out: str, smoke: bool) -> str:
+    data = os.path.join(out, "data")
+    marker = os.path.join(out, "reproduce.json")
+    mode = "smoke" if smoke else "full"
+    if os.path.isfile(marker):
+        earlier = read_json(marker).get("mode")
+        if earlier != mode:
+            raise DataError(f"{out} holds a {earlier} run; a {mode} run needs another --out")
+    else:
+        os.makedirs(out, exist_ok=True)
+        with atomic_write(marker) as handle:
+            json.dump({"mode": mode}, handle)
+    if not os.path.isfile(os.path.join(data, "prep.json")):
+        log(f"embedded synthetic corpus -> {data}")
+        subprocess.run([os.path.join(ROOT, "scripts", "prepare_synthetic.sh"), "--out", data,
+                        *(SMOKE_CORPUS if smoke else [])], check=True, stdout=subprocess.DEVNULL)
+    return data
