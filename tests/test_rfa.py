@@ -20,7 +20,9 @@ from rfa_doc_mt.modules.random_feature_attention import (
     causal_rfa_step,
     chunked_causal_rfa,
     cross_rfa,
+    cross_rfa_read,
     cross_rfa_state,
+    cross_rfa_summary,
     final_key_weights,
     incremental_causal_rfa,
     orthogonal_random_matrices,
@@ -424,6 +426,24 @@ def test_cross_forms_agree_with_padding():
     assert_fp32_close(state, reference_state, 23, abs_state.max().item(), "cross summary reference-training")
 
 
+def test_decoding_keeps_the_smaller_exact_summary_of_the_source(time=23):
+    """op_inputs: F = 8 features, dv = 5: φ(K) and [w v, w] (time x 14 numbers per head) are
+    kept while they are smaller than the state (8 x 6 = 48), i.e. for sources of up to 3 tokens."""
+    inputs = op_inputs(time=time, gate="none", pad_lengths=[time, time - 2])
+    keep = (~inputs["padding"]).float().unsqueeze(1).expand(-1, 3, -1)
+    short = op_inputs(time=3, gate="none", pad_lengths=[3, 2])
+    short_keep = (~short["padding"]).float().unsqueeze(1).expand(-1, 3, -1)
+    assert set(cross_rfa_summary(short["phi_k"], short["v"], short_keep)) == {"keys", "values"}
+    summary = cross_rfa_summary(inputs["phi_k"], inputs["v"], keep)
+    assert set(summary) == {"state"}
+    for case, case_keep, case_time in ((short, short_keep, 3), (inputs, keep, time)):
+        reference, _ = reference_cross_rfa(case["phi_q"], case["phi_k"], case["v"], case_keep)
+        read = cross_rfa_read(case["phi_q"], cross_rfa_summary(case["phi_k"], case["v"], case_keep))
+        # as test_cross_forms_agree_with_padding: the features and the keys, terms of size max|v|
+        assert_fp32_close(read, reference, case["phi_q"].size(-1) + case_time, case["v"].abs().max().item(),
+                          f"cross summary read, {case_time} source tokens")
+
+
 @pytest.mark.parametrize("gate", GATES)
 def test_cross_gate_summary_is_the_final_causal_state(gate):
     inputs = op_inputs(time=33, gate=gate, sentences=(4, 2), pad_lengths=[33, 26])
@@ -436,14 +456,17 @@ def test_cross_gate_summary_is_the_final_causal_state(gate):
                       abs_state.abs().max().item(), "cross summary = final causal state")
 
 
+# 16 wide, 2 heads: dv = 8; 32 projections: F = 64 Fourier features. Decoding keeps φ(K) and the
+# values while the source is shorter than F (dv + 1) / (F + dv + 1) = 7.9 tokens, the state beyond.
 @pytest.mark.parametrize("cross_gate", [False, True])
-def test_cross_module_caches_the_source_summary_and_shares_it_across_beams(cross_gate):
+@pytest.mark.parametrize("source,form", [(9, "state"), (7, "keys")])
+def test_cross_module_caches_the_source_summary_and_shares_it_across_beams(cross_gate, source, form):
     torch.manual_seed(0)
     module = RandomFeatureCrossAttention(16, 2, 32, seed=3, kdim=12, gate="sgate" if cross_gate else "none",
                                          cross_gate=cross_gate).eval()
     generator = torch.Generator().manual_seed(7)
-    src = random_windows(2, 9, 3, generator, pad_lengths=[9, 6])
-    encoder_out = torch.randn(9, 2, 12, generator=generator)
+    src = random_windows(2, source, 3, generator, pad_lengths=[source, source - 3])
+    encoder_out = torch.randn(source, 2, 12, generator=generator)
     query = torch.randn(5, 2, 16, generator=generator)
     module.hand_in(sentence_starts=sentence_starts(src, SEP))
     full, _ = module(query, encoder_out, encoder_out, key_padding_mask=src.eq(PAD))
@@ -459,26 +482,31 @@ def test_cross_module_caches_the_source_summary_and_shares_it_across_beams(cross
         steps.append(out)
         module.hand_in()  # no longer needed once the summary is cached
         module.reorder_incremental_state(state, torch.tensor([2, 0, 0, 4, 5, 3]))
-    summary = module._get_input_buffer(state)["state"]
-    assert summary.size(0) == 2  # one summary per sentence, not per beam
+    buffer = module._get_input_buffer(state)
+    names = ["state"] if form == "state" else ["keys", "values"]
+    assert [name for name in ("state", "keys", "values") if buffer.get(name) is not None] == names
+    summary = {name: buffer[name] for name in names}
+    assert all(value.size(0) == 2 for value in summary.values())  # one summary per sentence, not per beam
     incremental = torch.cat(steps, 0)
-    assert_fp32_close(incremental, full[:, expand], causal_module_terms(module, 9) + 12,
-                      name=f"cross module full-incremental (cross gate {cross_gate})")
+    # the training form reads the state: the keys form sums the same terms in another order
+    assert_fp32_close(incremental, full[:, expand], causal_module_terms(module, source) + 12,
+                      name=f"cross module full-incremental (cross gate {cross_gate}, {form})")
     # a sentence leaves the batch: the summaries follow
     module.reorder_incremental_state(state, torch.tensor([3, 4, 5]))
-    assert torch.equal(module._get_input_buffer(state)["state"], summary[1:])
+    assert all(torch.equal(module._get_input_buffer(state)[name], value[1:]) for name, value in summary.items())
     module.set_beam_size(1)
 
 
-def test_cross_module_outputs_follow_sentences_that_leave_the_batch():
+@pytest.mark.parametrize("source", [7, 9])  # the keys form, the state (see the test above)
+def test_cross_module_outputs_follow_sentences_that_leave_the_batch(source):
     """Finished sentences leave the batch one by one: the summaries are compacted lazily, and
     every remaining sentence keeps reading its own source, before and after compaction."""
     torch.manual_seed(0)
     module = RandomFeatureCrossAttention(16, 2, 32, seed=3, kdim=12).eval()
     generator = torch.Generator().manual_seed(11)
     sentences, beam = 5, 2
-    encoder_out = torch.randn(7, sentences, 12, generator=generator)
-    padding = torch.zeros(sentences, 7, dtype=torch.bool)
+    encoder_out = torch.randn(source, sentences, 12, generator=generator)
+    padding = torch.zeros(sentences, source, dtype=torch.bool)
     padding[1, 5:] = padding[3, 2:] = True
     query = torch.randn(1, sentences * beam, 16, generator=generator)
     expand = torch.arange(sentences).repeat_interleave(beam)
@@ -495,10 +523,11 @@ def test_cross_module_outputs_follow_sentences_that_leave_the_batch():
         # new_order over [sentence, beam] rows, beams swapped inside each remaining sentence
         order = torch.tensor([k * beam + (beam - 1 - b) for k in kept for b in range(beam)])
         module.reorder_incremental_state(state, order)
-        stored_sizes.append(module._get_input_buffer(state)["state"].size(0))
+        buffer = module._get_input_buffer(state)
+        stored_sizes.append(next(buffer[name] for name in ("state", "keys") if name in buffer).size(0))
         rows = torch.tensor([s * beam + b for s in remaining for b in range(beam)])
         out, _ = module(query[:, rows], None, incremental_state=state)
-        assert_fp32_close(out, full[:, rows], causal_module_terms(module, 7) + 12,
+        assert_fp32_close(out, full[:, rows], causal_module_terms(module, source) + 12,
                           name=f"after sentence {leaving} left (stored {stored_sizes})")
     # compacted once at most 3/4 of the stored summaries are read: 4 of 5 keeps all 5, 3 of 5,
     # 2 of 3 and 1 of 2 compact

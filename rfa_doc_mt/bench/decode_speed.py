@@ -21,10 +21,15 @@ randomly initialised (only speed is measured), for each window size L, with beam
   reordering of cached states (what the paper calls "forward pass time"); the beam search's
   own bookkeeping (top-k, token buffers) is reported apart as wall time.
 * Both models are timed in one process, batch by batch in alternation, after a warm-up.
-* A third model bounds the possible gain: the transformer with its decoder attention removed
-  (``ceiling_speedup``; ``--no-ceiling`` skips it). Both real models share everything else
-  (feed-forward layers, the 23k-word output layer, the encoder), so no attention, however
-  cheap, can decode faster than it.
+* A third model bounds the possible gain (``ceiling``; ``--no-ceiling`` skips it): the
+  transformer whose decoder attentions keep their per-token projections but attend to nothing.
+  Every attention with these projections does its work and more, so none, however cheap, can
+  decode faster; ``rfa_share_of_ceiling`` (RFA ÷ ceiling tokens/s) is how much of the
+  attainable RFA realises, ``ceiling_speedup`` the most any such attention could gain.
+* ``reorder_share``: the part of each model's forward time spent reordering the decoder's
+  caches for the beam (the transformer gathers its keys and values on every step).
+* ``--profile N`` profiles one more batch of each model per L (torch.profiler) and keeps its N
+  most expensive operations (self CPU time) in the JSON.
 
 The JSON holds the machine, the commit, the settings and every run; ``plot`` draws the
 speedup per L from it (a separate step, so plots can be redrawn without re-running).
@@ -56,7 +61,7 @@ WINDOW_SIZES = (1, 2, 3, 4, 5, 10, 15)
 QUICK_WINDOW_SIZES = (1, 4, 15)
 MODELS = {"transformer": "doc_transformer", "rfa": "rfa_doc_transformer"}
 # the transformer with its decoder attention removed: what no attention variant can beat
-CEILING = "no_attention"
+CEILING = "ceiling"
 
 
 # ---------------------------------------------------------------------------------------
@@ -124,26 +129,42 @@ def build_model(task, arch: str, seed: int, max_positions: int, device: str, dty
     return model.to(device=device, dtype=dtype).eval()
 
 
-class _NoAttention(torch.nn.Module):
-    """Stands in for a decoder attention module and costs nothing: returns its query."""
+class _ProjectionsOnly(torch.nn.Module):
+    """Stands in for a decoder attention: the per-token projections every attention of this
+    shape needs, and no attention. Self-attention projects the new token to a query, a key and a
+    value and returns the output projection of its value; cross-attention projects the query and
+    returns its output projection (the source's keys and values are projected once per sentence,
+    by any attention). RFA needs exactly these projections (fused into one for q, k, v)."""
+
+    def __init__(self, attention, self_attention: bool):
+        super().__init__()
+        self.q_proj, self.out_proj = attention.q_proj, attention.out_proj
+        self.k_proj = attention.k_proj if self_attention else None
+        self.v_proj = attention.v_proj if self_attention else None
 
     def forward(self, query, key=None, value=None, **unused):
-        return query, None
+        projected = self.q_proj(query)
+        if self.k_proj is not None:
+            self.k_proj(query)
+            projected = self.v_proj(query)
+        return self.out_proj(projected), None
 
     def _get_input_buffer(self, incremental_state):  # fairseq's decoder layer asks for it
         return {}
 
 
 def remove_decoder_attention(model):
-    """The ceiling model: every decoder self- and cross-attention replaced by :class:`_NoAttention`.
+    """The ceiling model: every decoder self- and cross-attention replaced by
+    :class:`_ProjectionsOnly` (its projections kept, its attention removed).
 
-    Decoding it does the work both real models share (embeddings, feed-forward layers, layer
-    norms, the output projection, the encoder, beam search), so its tokens/s bound the speedup
-    that any attention, however cheap, can give over the transformer."""
+    Decoding it does the work that every attention with these projections shares with the
+    transformer (embeddings, the attention projections, feed-forward layers, layer norms, the
+    output layer, the encoder, beam search), so its tokens/s bound what any such attention, however
+    cheap, can decode: RFA ÷ ceiling is the share of the attainable that RFA realises."""
     for layer in model.decoder.layers:
-        layer.self_attn = _NoAttention()
+        layer.self_attn = _ProjectionsOnly(layer.self_attn, self_attention=True)
         if getattr(layer, "encoder_attn", None) is not None:
-            layer.encoder_attn = _NoAttention()
+            layer.encoder_attn = _ProjectionsOnly(layer.encoder_attn, self_attention=False)
     return model
 
 
@@ -152,23 +173,28 @@ def remove_decoder_attention(model):
 
 
 class Timer:
-    """Accumulates the seconds spent inside ``with timer.forward():`` blocks."""
+    """Accumulates the seconds spent inside ``with timer.forward():`` blocks, and apart those of
+    the decoder's cache reordering (``timer.forward("reorder")``, part of the forward time)."""
 
     def __init__(self, device: str):
         self.device = device
         self.forward_seconds = 0.0
+        self.reorder_seconds = 0.0
 
     def sync(self):
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
 
     @contextmanager
-    def forward(self):
+    def forward(self, kind: str = "step"):
         self.sync()
         start = time.perf_counter()
         yield
         self.sync()
-        self.forward_seconds += time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        self.forward_seconds += seconds
+        if kind == "reorder":
+            self.reorder_seconds += seconds
 
 
 @torch.no_grad()
@@ -228,7 +254,7 @@ def forced_length_beam_search(model, sample: Dict, beam: int, pad: int, eos: int
             with timer.forward():
                 encoder_out = model.encoder.reorder_encoder_out(encoder_out, rows)
         # beams of a window share their encoder rows: only the decoder's caches follow new_order
-        with timer.forward():
+        with timer.forward("reorder"):
             model.decoder.reorder_incremental_state_scripting(incremental_state, new_order)
     return best
 
@@ -250,7 +276,20 @@ def decode_batch(model, dataset, indices: List[int], beam: int, device: str) -> 
     sentences = index.current_sentence[indices] - index.first_sentence[indices] + 1
     return {"windows": len(indices), "tokens": tokens, "mean_sentences_per_window": float(np.mean(sentences)),
             "source_tokens": int(sample["net_input"]["src_tokens"].ne(dataset.pad).sum()),
-            "forward_seconds": timer.forward_seconds, "wall_seconds": wall}
+            "forward_seconds": timer.forward_seconds, "reorder_seconds": timer.reorder_seconds, "wall_seconds": wall}
+
+
+def profile_batch(model, dataset, indices: List[int], beam: int, device: str, top: int) -> List[Dict]:
+    """One more decoding of a batch under torch.profiler: its ``top`` operations by self CPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with profile(activities=activities) as profiler:
+        decode_batch(model, dataset, indices, beam, device)
+    events = sorted(profiler.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events) or 1.0
+    return [{"op": e.key, "calls": e.count, "self_cpu_ms": e.self_cpu_time_total / 1000,
+             "share": e.self_cpu_time_total / total} for e in events[:top]]
 
 
 # ---------------------------------------------------------------------------------------
@@ -284,8 +323,8 @@ def run(args) -> Dict:
                            "seed": args.seed, "quick": bool(args.quick),
                            "length": "forced to the reference window length",
                            "ceiling": None if args.no_ceiling else
-                           "the transformer with every decoder attention removed (returns its query): "
-                           "ceiling_speedup bounds what any attention variant can gain",
+                           "the transformer whose decoder attentions keep their per-token projections and "
+                           "attend to nothing: bounds what any attention with these projections can decode",
                            "tokens_per_second": "reference tokens (EOS included) / forward seconds"},
               "runs": [], "summary": []}
     for window_size in window_sizes:
@@ -299,7 +338,8 @@ def run(args) -> Dict:
                 build_model(task, MODELS["transformer"], args.seed, args.max_positions, device, dtype))
         for name, model in models.items():  # warm-up: first calls allocate and pick kernels
             decode_batch(model, dataset, batches[0][:max(1, batch_size // 4)], args.beam, device)
-        totals = {name: {"tokens": 0, "forward_seconds": 0.0, "wall_seconds": 0.0} for name in models}
+        totals = {name: {"tokens": 0, "forward_seconds": 0.0, "reorder_seconds": 0.0, "wall_seconds": 0.0}
+                  for name in models}
         for number, indices in enumerate(batches):
             order = list(models) if number % 2 == 0 else list(reversed(list(models)))
             for name in order:
@@ -320,12 +360,19 @@ def run(args) -> Dict:
                    "tokens_per_second": speeds, "wall_tokens_per_second": wall_speeds,
                    "speedup": speeds["rfa"] / speeds["transformer"],
                    "wall_speedup": wall_speeds["rfa"] / wall_speeds["transformer"]}
+        summary["reorder_share"] = {name: t["reorder_seconds"] / t["forward_seconds"] for name, t in totals.items()}
         if CEILING in speeds:
             summary["ceiling_speedup"] = speeds[CEILING] / speeds["transformer"]
+            summary["rfa_share_of_ceiling"] = speeds["rfa"] / speeds[CEILING]
+        if args.profile:
+            summary["profile"] = {name: profile_batch(model, dataset, batches[0], args.beam, device, args.profile)
+                                  for name, model in models.items()}
         result["summary"].append(summary)
         print(f"L={window_size:2d}: transformer {speeds['transformer']:.1f} tokens/s, RFA {speeds['rfa']:.1f} "
               f"tokens/s, RFA/transformer {summary['speedup']:.2f}x"
-              + (f" (no decoder attention at all: {summary['ceiling_speedup']:.2f}x)" if CEILING in speeds else ""),
+              + (f"; ceiling/transformer {summary['ceiling_speedup']:.2f}x, RFA/ceiling "
+                 f"{summary['rfa_share_of_ceiling']:.2f}" if CEILING in speeds else "")
+              + f"; cache reordering {summary['reorder_share']['transformer']:.0%} of the transformer's forward time",
               flush=True)
         del models
     return record_load_at_end(result)
@@ -353,10 +400,13 @@ def plot(json_path: str, out: str) -> None:
     left.plot(sizes, [s["wall_speedup"] for s in summary], marker="x", linestyle="--", label="wall time")
     if all("ceiling_speedup" in s for s in summary):
         left.plot(sizes, [s["ceiling_speedup"] for s in summary], marker="^", linestyle=":", color="grey",
-                  label="no decoder attention (bound)")
+                  label="ceiling: projections, no attention (bound)")
+        for size, s in zip(sizes, summary):
+            left.annotate(f"{s['rfa_share_of_ceiling']:.2f}", (size, s["speedup"]), textcoords="offset points",
+                          xytext=(0, 6), ha="center", fontsize=7)
     left.axhline(1.0, color="grey", linewidth=0.8)
     left.set_xlabel("window size L (sentences)")
-    left.set_ylabel("RFA speedup over transformer")
+    left.set_ylabel("RFA speedup over transformer\n(labels: RFA ÷ ceiling)")
     left.legend()
     for name, style in (("transformer", "s-"), ("rfa", "o-"), (CEILING, "^:")):
         if all(name in s["tokens_per_second"] for s in summary):
@@ -393,6 +443,8 @@ def main(argv=None) -> int:
     run_parser.add_argument("--seed", type=int, default=1)
     run_parser.add_argument("--max-positions", type=int, default=2048)
     run_parser.add_argument("--quick", action="store_true", help="L in {1,4,15}, small batches, one batch each")
+    run_parser.add_argument("--profile", type=int, default=0, metavar="N",
+                            help="profile one batch per model and L; keep its N most expensive operations")
     run_parser.add_argument("--no-ceiling", action="store_true",
                             help="skip the third model, the transformer without decoder attention "
                                  "(the bound on any attention's speedup)")

@@ -69,7 +69,7 @@ from .features import (
     random_fourier_features,
 )
 from .gates import GATE_VARIANTS, final_key_weights, sentence_gates
-from .incremental import causal_rfa_step, incremental_causal_rfa
+from .incremental import causal_rfa_step, cross_rfa_read, cross_rfa_summary, incremental_causal_rfa
 from .layers import RandomFeatureCausalAttention, RandomFeatureCrossAttention
 from .reference import reference_causal_rfa, reference_cross_rfa
 from .state import NORMALISER_FLOOR, join_state, split_state
@@ -78,8 +78,8 @@ from .training import CHUNK_SIZE, chunked_causal_rfa, cross_rfa, cross_rfa_reado
 __all__ = [
     "CHUNK_SIZE", "FEATURE_MAPS", "GATE_VARIANTS", "MIN_TAU", "NORMALISER_FLOOR", "RANDOM_MATRIX_BANK_SIZE",
     "RandomFeatureCausalAttention", "RandomFeatureCrossAttention", "RandomMatrices", "causal_rfa_step",
-    "chunked_causal_rfa", "cross_rfa", "cross_rfa_readout", "cross_rfa_state", "feature_map_function",
-    "feature_size", "final_key_weights", "incremental_causal_rfa", "join_state", "l2_normalise", "module_seed",
-    "norm_rescale_weights", "orthogonal_random_matrices", "positive_random_features", "random_fourier_features",
-    "reference_causal_rfa", "reference_cross_rfa", "sentence_gates", "split_state",
+    "chunked_causal_rfa", "cross_rfa", "cross_rfa_read", "cross_rfa_readout", "cross_rfa_summary", "cross_rfa_state",
+    "feature_map_function", "feature_size", "final_key_weights", "incremental_causal_rfa", "join_state",
+    "l2_normalise", "module_seed", "norm_rescale_weights", "orthogonal_random_matrices", "positive_random_features",
+    "random_fourier_features", "reference_causal_rfa", "reference_cross_rfa", "sentence_gates", "split_state",
 ]

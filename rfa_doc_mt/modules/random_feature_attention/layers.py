@@ -12,8 +12,11 @@ from torch import Tensor, nn
 from ..hand_off import HandOff
 from .features import FEATURE_MAPS, RandomMatrices, feature_map_function, feature_size, norm_rescale_weights
 from .gates import GATE_VARIANTS, final_key_weights, sentence_gates
-from .incremental import causal_rfa_step
-from .training import CHUNK_SIZE, chunked_causal_rfa, cross_rfa_readout, cross_rfa_state
+from .incremental import causal_rfa_step, cross_rfa_read, cross_rfa_summary
+from .training import CHUNK_SIZE, chunked_causal_rfa, cross_rfa_state
+
+# what a decoding cross attention keeps of its source (incremental.cross_rfa_summary)
+SUMMARY_NAMES = ("state", "keys", "values")
 
 
 class _RandomFeatureAttentionBase(HandOff, nn.Module):
@@ -248,6 +251,12 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
 
         ``sentence_starts`` [batch, source] (source side) is needed only with the cross gate.
         """
+        return cross_rfa_state(*self._source_keys(key, key_padding_mask, random_matrix, sentence_starts))
+
+    def _source_keys(self, key: Tensor, key_padding_mask: Optional[Tensor], random_matrix: Tensor,
+                     sentence_starts: Optional[Tensor]) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+        """φ(k) [batch, heads, source, F], v [batch, heads, source, dv] and the keys' weights
+        [batch, heads, source] (padding, cross gate, norm-rescale; None: all 1), fp32."""
         source, batch, _ = key.shape
         kv = self.kv_proj(key).view(source, batch, 2, self.num_heads, self.head_dim)
         k, v = kv.permute(2, 1, 3, 0, 4).unbind(0)  # [batch, heads, source, head_dim]
@@ -267,23 +276,27 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
             if self.norm_rescale:
                 rescale = norm_rescale_weights(k, self.tau, padding)
                 key_weight = rescale if key_weight is None else key_weight * rescale
-            return cross_rfa_state(phi_k, v, key_weight)
+            return phi_k, v.float(), key_weight
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor] = None,
                 key_padding_mask: Optional[Tensor] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
                 need_weights: bool = False, static_kv: bool = True, **unused) -> Tuple[Tensor, None]:
-        """query [time, batch, embed_dim], key [source, batch, kdim] → ([time, batch, embed_dim], None)."""
+        """query [time, batch, embed_dim], key [source, batch, kdim] → ([time, batch, embed_dim], None).
+
+        Training (no ``incremental_state``) reads the source through the state; decoding keeps
+        whichever exact summary of the source is smaller (:func:`.incremental.cross_rfa_summary`)."""
         time, batch, _ = query.shape
         if incremental_state is None:
             random_matrix = self.random_matrices()
-            state = self.source_state(key, key_padding_mask, random_matrix, self.handed_or_none("sentence_starts"))
+            starts = self.handed_or_none("sentence_starts")
+            summary = {"state": self.source_state(key, key_padding_mask, random_matrix, starts)}
         else:
             # decoding is inference: the fixed evaluation matrix, whatever the mode
             random_matrix = self.random_matrices.eval_matrix
             buffer = self._get_input_buffer(incremental_state)
-            state = buffer.get("state")
-            if state is None:
+            summary = {name: buffer[name] for name in SUMMARY_NAMES if buffer.get(name) is not None}
+            if not summary:
                 if key is None:
                     raise ValueError("cross attention needs the encoder output on its first call")
                 starts = self.handed_or_none("sentence_starts")
@@ -294,30 +307,33 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
                     key = key[:, ::self.beam_size]
                     key_padding_mask = key_padding_mask[::self.beam_size] if key_padding_mask is not None else None
                     starts = starts[::self.beam_size] if starts is not None else None
-                buffer["state"] = state = self.source_state(key, key_padding_mask, random_matrix, starts)
+                summary = cross_rfa_summary(*self._source_keys(key, key_padding_mask, random_matrix, starts))
+                buffer.update(summary)
                 self._set_input_buffer(incremental_state, buffer)
         rows = buffer.get("rows") if incremental_state is not None else None
-        return self.out_proj(self._read(query, state, random_matrix, rows)), None
+        return self.out_proj(self._read(query, summary, random_matrix, rows)), None
 
-    def _read(self, query: Tensor, state: Tensor, random_matrix: Tensor, rows: Optional[Tensor] = None) -> Tensor:
-        """query [time, batch, embed_dim], state [stored, heads, F, dv + 1] → [time, batch, embed_dim].
+    def _read(self, query: Tensor, summary: Dict[str, Tensor], random_matrix: Tensor,
+              rows: Optional[Tensor] = None) -> Tensor:
+        """query [time, batch, embed_dim], a source summary of ``stored`` sources → [time, batch, embed_dim].
 
         The batch holds ``batch // sources`` consecutive rows (beams) per source; source i reads
-        ``state[rows[i]]`` (``rows`` None: state[i])."""
+        summary row ``rows[i]`` (``rows`` None: row i)."""
         time, batch, _ = query.shape
-        sources = state.size(0) if rows is None else rows.numel()
+        stored = next(iter(summary.values())).size(0)
+        sources = stored if rows is None else rows.numel()
         q = self.q_proj(query)
         with torch.autocast(device_type=query.device.type, enabled=False):
-            # [sources, heads, beams*time, head_dim]: the beams of a source read the same state
+            # [sources, heads, beams*time, head_dim]: the beams of a source read the same summary
             heads_q = q.view(time, sources, batch // sources, self.num_heads, self.head_dim)
             heads_q = heads_q.permute(1, 3, 2, 0, 4).reshape(sources, self.num_heads, -1, self.head_dim)
             phi_q = self.features_of(heads_q, random_matrix)
             if rows is None:
-                out = cross_rfa_readout(phi_q, state)
+                out = cross_rfa_read(phi_q, summary)
             else:
                 # queries of finished sentences are zero (their output, 0 / floor, is dropped)
-                stored = phi_q.new_zeros((state.size(0),) + phi_q.shape[1:]).index_copy_(0, rows, phi_q)
-                out = cross_rfa_readout(stored, state).index_select(0, rows)
+                all_rows = phi_q.new_zeros((stored,) + phi_q.shape[1:]).index_copy_(0, rows, phi_q)
+                out = cross_rfa_read(all_rows, summary).index_select(0, rows)
             out = out.view(sources, self.num_heads, batch // sources, time, self.head_dim)
             out = out.permute(3, 0, 2, 1, 4).reshape(time, batch, self.embed_dim)
         return out.to(q.dtype)
@@ -326,22 +342,24 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
         """Reorder per source sentence: nothing to do unless sentences left the batch.
 
         When sentences finish, their summaries are not copied away at once: ``rows`` records
-        which stored summary each remaining sentence reads, and the state is compacted only once
-        a quarter of it is unused. Gathering the state on every step a sentence finishes would
-        copy it nearly every step (it is [sentences, heads, F, dv + 1], far larger than a short
-        source's keys and values); this way the copies stay a bounded multiple of one state and
-        each step reads at most 4/3 of the summaries it needs."""
+        which stored summary each remaining sentence reads, and the summary is compacted only once
+        a quarter of it is unused. Gathering it on every step a sentence finishes would copy it
+        nearly every step (a state is [sentences, heads, F, dv + 1]); this way the copies stay a
+        bounded multiple of one summary and each step reads at most 4/3 of the summaries it needs."""
         buffer = self._get_input_buffer(incremental_state)
-        state = buffer.get("state")
-        if state is None:
+        names = [name for name in SUMMARY_NAMES if buffer.get(name) is not None]
+        if not names:
             return incremental_state
+        stored = buffer[names[0]].size(0)
         rows = buffer.get("rows")
-        active = state.size(0) if rows is None else rows.numel()
+        active = stored if rows is None else rows.numel()
         if active * self.beam_size == new_order.size(0):
             return incremental_state  # beams only moved within their sentence
         order = new_order.view(-1, self.beam_size)[:, 0] // self.beam_size if self.beam_size > 1 else new_order
         rows = order if rows is None else rows.index_select(0, order)
-        if 4 * rows.numel() <= 3 * state.size(0):
-            buffer["state"], rows = state.index_select(0, rows), None
+        if 4 * rows.numel() <= 3 * stored:
+            for name in names:
+                buffer[name] = buffer[name].index_select(0, rows)
+            rows = None
         buffer["rows"] = rows
         return self._set_input_buffer(incremental_state, buffer)
