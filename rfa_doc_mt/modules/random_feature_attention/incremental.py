@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from .state import normalised, with_ones
-from .training import cross_rfa_readout, cross_rfa_state
+from .training import cross_rfa_readout, cross_rfa_state, weighted_values
 
 
 def causal_rfa_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, state: Optional[Tensor],
@@ -76,10 +76,7 @@ def cross_rfa_summary(phi_k: Tensor, v: Tensor, key_weight: Optional[Tensor] = N
     """
     source, features, columns = phi_k.size(-2), phi_k.size(-1), v.size(-1) + 1
     if source * (features + columns) < features * columns:
-        values = with_ones(v.float())
-        if key_weight is not None:
-            values = values * key_weight.float().unsqueeze(-1)
-        return {"keys": phi_k.float().contiguous(), "values": values.contiguous()}
+        return {"keys": phi_k.float().contiguous(), "values": weighted_values(v, key_weight).contiguous()}
     return {"state": cross_rfa_state(phi_k, v, key_weight)}
 
 

@@ -55,11 +55,14 @@ def cross_rfa_state(phi_k: Tensor, v: Tensor, key_weight: Optional[Tensor] = Non
         phi_k: [batch, heads, source, F]; v: [batch, heads, source, dv]
         key_weight: [batch, heads, source] (0 at padding; gate decays when cross-gated)
     """
+    return phi_k.float().transpose(-1, -2) @ weighted_values(v, key_weight)
+
+
+def weighted_values(v: Tensor, key_weight: Optional[Tensor]) -> Tensor:
+    """[batch, heads, source, dv + 1]: ``w_i [v_i, 1]``, the columns every source key contributes
+    (Σ_i φ(k_i) (w_i [v_i, 1])ᵀ: weighting the dv + 1 columns is cheaper than the F features)."""
     values = with_ones(v.float())
-    if key_weight is not None:
-        # Σ_i φ(k_i) (w_i [v_i, 1])ᵀ: weighting the dv + 1 columns is cheaper than the F features
-        values = values * key_weight.float().unsqueeze(-1)
-    return phi_k.float().transpose(-1, -2) @ values
+    return values if key_weight is None else values * key_weight.float().unsqueeze(-1)
 
 
 def cross_rfa_readout(phi_q: Tensor, state: Tensor) -> Tensor:
