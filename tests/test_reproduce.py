@@ -77,6 +77,43 @@ def test_all_trains_each_system_once_and_writes_every_table(smoke_all):
             assert all(row.get("updates") == 3 for row in data["rows"] if "updates" in row)
 
 
+def test_decode_speed_measures_a_batch_curve(smoke_all, tmp_path):
+    """``--batch-sizes`` measures every model at each batch size of one L; plot draws the curve."""
+    out, _ = smoke_all
+    path = tmp_path / "curve.json"
+    command = [sys.executable, "-m", "rfa_doc_mt.bench.decode_speed", "run", "--data", str(out / "data"),
+               "--out", str(path), "--window-sizes", "1", "--batch-sizes", "1,2", "--batches", "1",
+               "--threads", "1"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(path.read_text())["summary"]
+    assert [(s["window_size"], s["batch_size"]) for s in summary] == [(1, 1), (1, 2)]
+    for s in summary:
+        assert set(s["tokens_per_second"]) == {"transformer", "rfa", "ceiling"}
+        assert 0 < s["rfa_share_of_ceiling"] and 0 <= s["reorder_share"]["transformer"] < 1
+    plot = subprocess.run([sys.executable, "-m", "rfa_doc_mt.bench.decode_speed", "plot", str(path), "--out",
+                           str(tmp_path / "curve.png")], capture_output=True, text=True, cwd=ROOT)
+    assert plot.returncode == 0, plot.stderr[-3000:]
+    assert (tmp_path / "curve.png").stat().st_size > 0
+    bad = subprocess.run(command[:-6] + ["--batch-sizes", "0"], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode != 0 and "at least one window" in bad.stderr
+
+
+def test_decode_memory_probes_both_models(smoke_all, tmp_path):
+    """One probe per model within a generous budget: measured peaks and speeds, and the ratio."""
+    out, _ = smoke_all
+    path = tmp_path / "memory.json"
+    command = [sys.executable, "-m", "rfa_doc_mt.bench.decode_memory", "run", "--data", str(out / "data"),
+               "--out", str(path), "--window-size", "1", "--start", "2", "--probes", "1", "--budget-mb", "100000"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(path.read_text())
+    assert [(p["model"], p["batch_size"]) for p in result["probes"]] == [("transformer", 2), ("rfa", 2)]
+    assert all(p["peak_mb"] >= 0 and p["tokens_per_second"] > 0 for p in result["probes"])
+    assert result["summary"]["rfa"]["largest_batch_within_budget"] == 2
+    assert result["summary"]["rfa_over_transformer"]["batch"] == 1.0
+
+
 def test_rfa_tables(smoke_all):
     out, _ = smoke_all
     table1 = rows_of(out, "rfa_table1")

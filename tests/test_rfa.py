@@ -130,6 +130,29 @@ def test_rfa_approximates_softmax_and_error_falls_with_more_features(feature_map
     assert errors[4096] < distance_from_uniform / 4
 
 
+def test_fourier_features_and_their_gradients_follow_the_formula():
+    """The feature map's own backward (from its output) against autograd through sin and cos,
+    for the input and a learned τ."""
+    generator = torch.Generator().manual_seed(3)
+    heads, head_dim, projections = 2, 8, 16
+    matrix = orthogonal_random_matrices(generator, 1, heads, projections, head_dim)[0]
+    x = (2 * torch.randn(3, heads, 5, head_dim, generator=generator)).requires_grad_()
+    tau = torch.tensor([0.7, 1.3], requires_grad=True)
+    features = random_fourier_features(x, matrix, tau)
+    angles = torch.einsum("bhtd,hkd->bhtk", torch.nn.functional.normalize(x, dim=-1), matrix / tau.view(-1, 1, 1))
+    formula = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1) / projections ** 0.5
+    # angles: head_dim products of size |w|/τ (the values of sin and cos are at most 1)
+    angle_size = (matrix.norm(dim=-1).max() / tau.min()).item()
+    assert_fp32_close(features, formula, head_dim, angle_size, "fourier features vs formula")
+    weights = torch.randn(features.shape, generator=generator)
+    grads = [torch.autograd.grad((out * weights).sum(), (x, tau)) for out in (formula, features)]
+    for name, want, got in zip(("x", "tau"), *grads):
+        # the backward sums 2 x projections terms into each angle's gradient and, through the
+        # angles, head_dim (x) or projections x time x batch (τ) more, each of the angle's size
+        terms = 2 * projections + (head_dim if name == "x" else projections * x.numel() // head_dim)
+        assert_fp32_close(got, want, terms, angle_size * weights.abs().max().item(), f"gradient of {name}")
+
+
 def test_orthogonal_random_matrices_are_seeded_and_orthogonal_in_blocks():
     a = orthogonal_random_matrices(torch.Generator().manual_seed(5), 2, 3, 20, 8)
     b = orthogonal_random_matrices(torch.Generator().manual_seed(5), 2, 3, 20, 8)
@@ -442,6 +465,31 @@ def test_decoding_keeps_the_smaller_exact_summary_of_the_source(time=23):
         # as test_cross_forms_agree_with_padding: the features and the keys, terms of size max|v|
         assert_fp32_close(read, reference, case["phi_q"].size(-1) + case_time, case["v"].abs().max().item(),
                           f"cross summary read, {case_time} source tokens")
+
+
+@pytest.mark.parametrize("source,queries,kept", [
+    (5, 5, {"keys", "values"}),   # 5 x 5 x 14 = 350 < (5 + 5) x 48: the re-associated read
+    (23, 23, {"state"}),          # 23 x 23 x 14 > 46 x 48: the state
+    (23, 2, {"keys", "values"}),  # few queries: 2 x 23 x 14 < 25 x 48
+])
+def test_training_reads_the_source_through_the_cheaper_exact_summary(source, queries, kept):
+    """Training's summary counts the state's own cost (F = 8, dv = 5): the form chosen, and its
+    output and gradients against the reference."""
+    inputs = op_inputs(time=source, gate="none", pad_lengths=[source, source - 2], seed=source + queries)
+    keep = (~inputs["padding"]).float().unsqueeze(1).expand(-1, 3, -1)
+    leaves = {"phi_q": inputs["phi_q"][:, :, :queries].clone().requires_grad_(),
+              "phi_k": inputs["phi_k"].clone().requires_grad_(), "v": inputs["v"].clone().requires_grad_()}
+    summary = cross_rfa_summary(leaves["phi_k"], leaves["v"], keep, reads=queries)
+    assert set(summary) == kept
+    read = cross_rfa_read(leaves["phi_q"], summary)
+    reference, _ = reference_cross_rfa(leaves["phi_q"], leaves["phi_k"], leaves["v"], keep)
+    terms = inputs["phi_q"].size(-1) + source  # as test_cross_forms_agree_with_padding
+    assert_fp32_close(read, reference, terms, inputs["v"].abs().max().item(), f"cross read, {kept}")
+    weights = torch.randn_like(reference)
+    grads = [torch.autograd.grad((out * weights).sum(), list(leaves.values())) for out in (reference, read)]
+    for leaf, want, got in zip(leaves, *grads):
+        # the backward pass runs the sums again, transposed, and sums over the values
+        assert_fp32_close(got, want, 2 * (terms + inputs["v"].size(-1)), name=f"gradient of {leaf}, {kept}")
 
 
 @pytest.mark.parametrize("gate", GATES)

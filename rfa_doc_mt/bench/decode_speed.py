@@ -28,6 +28,8 @@ randomly initialised (only speed is measured), for each window size L, with beam
   attainable RFA realises, ``ceiling_speedup`` the most any such attention could gain.
 * ``reorder_share``: the part of each model's forward time spent reordering the decoder's
   caches for the beam (the transformer gathers its keys and values on every step).
+* ``--batch-sizes 3,12,24,48`` measures each batch size in turn (windows per batch; the paper's
+  Table 3 batch at L = 15 is 96): the batch curve, which ``plot`` then draws against the batch.
 * ``--profile N`` profiles one more batch of each model per L (torch.profiler) and keeps its N
   most expensive operations (self CPU time) in the JSON.
 
@@ -300,6 +302,50 @@ def scaled_batch_size(window_size: int, scale: float) -> int:
     return max(1, int(round(PAPER_BATCH_SIZES[window_size] * scale)))
 
 
+def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, batches: List[List[int]], args,
+                    runs: List[Dict]) -> Dict:
+    """Every model decodes the same batches (in alternating order); their summary for this L and
+    batch size. Each batch's figures are appended to ``runs``."""
+    device = args.device
+    totals = {name: {"tokens": 0, "forward_seconds": 0.0, "reorder_seconds": 0.0, "wall_seconds": 0.0}
+              for name in models}
+    for number, indices in enumerate(batches):
+        order = list(models) if number % 2 == 0 else list(reversed(list(models)))
+        for name in order:
+            figures = decode_batch(models[name], dataset, indices, args.beam, device)
+            figures.update({"window_size": window_size, "model": name, "batch": number,
+                            "batch_size": len(indices),
+                            "tokens_per_second": figures["tokens"] / figures["forward_seconds"]})
+            runs.append(figures)
+            for key in totals[name]:
+                totals[name][key] += figures[key]
+            print(f"L={window_size:2d} batch {number} ({len(indices)} windows) {name:11s} {figures['tokens']:6d} "
+                  f"tokens {figures['forward_seconds']:7.2f} s forward {figures['wall_seconds']:7.2f} s wall "
+                  f"{figures['tokens_per_second']:8.1f} tokens/s", flush=True)
+    speeds = {name: t["tokens"] / t["forward_seconds"] for name, t in totals.items()}
+    wall_speeds = {name: t["tokens"] / t["wall_seconds"] for name, t in totals.items()}
+    summary = {"window_size": window_size, "batch_size": len(batches[0]),
+               "tokens": totals["rfa"]["tokens"],
+               "tokens_per_second": speeds, "wall_tokens_per_second": wall_speeds,
+               "speedup": speeds["rfa"] / speeds["transformer"],
+               "wall_speedup": wall_speeds["rfa"] / wall_speeds["transformer"]}
+    summary["reorder_share"] = {name: t["reorder_seconds"] / t["forward_seconds"] for name, t in totals.items()}
+    if CEILING in speeds:
+        summary["ceiling_speedup"] = speeds[CEILING] / speeds["transformer"]
+        summary["rfa_share_of_ceiling"] = speeds["rfa"] / speeds[CEILING]
+    if args.profile:
+        summary["profile"] = {name: profile_batch(model, dataset, batches[0], args.beam, device, args.profile)
+                              for name, model in models.items()}
+    print(f"L={window_size:2d}, {summary['batch_size']} windows per batch: transformer "
+          f"{speeds['transformer']:.1f} tokens/s, RFA {speeds['rfa']:.1f} tokens/s, RFA/transformer "
+          f"{summary['speedup']:.2f}x"
+          + (f"; ceiling/transformer {summary['ceiling_speedup']:.2f}x, RFA/ceiling "
+             f"{summary['rfa_share_of_ceiling']:.2f}" if CEILING in speeds else "")
+          + f"; cache reordering {summary['reorder_share']['transformer']:.0%} of the transformer's forward time",
+          flush=True)
+    return summary
+
+
 def run(args) -> Dict:
     import rfa_doc_mt  # noqa: F401  (registers the task and the models)
 
@@ -313,11 +359,18 @@ def run(args) -> Dict:
         list(QUICK_WINDOW_SIZES if args.quick else WINDOW_SIZES)
     batch_scale = args.batch_scale if args.batch_scale is not None else (1 / 32 if args.quick else 1 / 8)
     num_batches = args.batches if args.batches is not None else (1 if args.quick else 2)
+    if args.batch_sizes:
+        explicit = [int(x) for x in args.batch_sizes.split(",")]
+        if min(explicit) < 1:
+            raise SystemExit(f"--batch-sizes {args.batch_sizes}: every batch needs at least one window")
+        batch_sizes = {L: explicit for L in window_sizes}
+    else:
+        batch_sizes = {L: [scaled_batch_size(L, batch_scale)] for L in window_sizes}
     result = {"machine": machine_info(device), "commit": commit_info(),
               "settings": {"data": os.path.abspath(args.data), "corpus": read_prep(args.data).get("corpus"),
                            "split": args.split, "beam": args.beam,
                            "window_sizes": window_sizes, "batch_scale": batch_scale,
-                           "batch_sizes": {L: scaled_batch_size(L, batch_scale) for L in window_sizes},
+                           "batch_sizes": batch_sizes,
                            "paper_batch_sizes": {L: PAPER_BATCH_SIZES[L] for L in window_sizes},
                            "batches_per_window_size": num_batches, "models": MODELS, "dtype": args.dtype,
                            "seed": args.seed, "quick": bool(args.quick),
@@ -329,51 +382,18 @@ def run(args) -> Dict:
               "runs": [], "summary": []}
     for window_size in window_sizes:
         task, dataset = load_windows(args.data, args.split, window_size, args.max_positions)
-        batch_size = scaled_batch_size(window_size, batch_scale)
-        batches = choose_batches(dataset, window_size, batch_size, num_batches)
         models = {name: build_model(task, arch, args.seed, args.max_positions, device, dtype)
                   for name, arch in MODELS.items()}
         if not args.no_ceiling:
             models[CEILING] = remove_decoder_attention(
                 build_model(task, MODELS["transformer"], args.seed, args.max_positions, device, dtype))
-        for name, model in models.items():  # warm-up: first calls allocate and pick kernels
-            decode_batch(model, dataset, batches[0][:max(1, batch_size // 4)], args.beam, device)
-        totals = {name: {"tokens": 0, "forward_seconds": 0.0, "reorder_seconds": 0.0, "wall_seconds": 0.0}
-                  for name in models}
-        for number, indices in enumerate(batches):
-            order = list(models) if number % 2 == 0 else list(reversed(list(models)))
-            for name in order:
-                figures = decode_batch(models[name], dataset, indices, args.beam, device)
-                figures.update({"window_size": window_size, "model": name, "batch": number,
-                                "batch_size": batch_size,
-                                "tokens_per_second": figures["tokens"] / figures["forward_seconds"]})
-                result["runs"].append(figures)
-                for key in totals[name]:
-                    totals[name][key] += figures[key]
-                print(f"L={window_size:2d} batch {number} {name:11s} {figures['tokens']:6d} tokens "
-                      f"{figures['forward_seconds']:7.2f} s forward {figures['wall_seconds']:7.2f} s wall "
-                      f"{figures['tokens_per_second']:8.1f} tokens/s", flush=True)
-        speeds = {name: t["tokens"] / t["forward_seconds"] for name, t in totals.items()}
-        wall_speeds = {name: t["tokens"] / t["wall_seconds"] for name, t in totals.items()}
-        summary = {"window_size": window_size, "batch_size": batch_size,
-                   "tokens": totals["rfa"]["tokens"],
-                   "tokens_per_second": speeds, "wall_tokens_per_second": wall_speeds,
-                   "speedup": speeds["rfa"] / speeds["transformer"],
-                   "wall_speedup": wall_speeds["rfa"] / wall_speeds["transformer"]}
-        summary["reorder_share"] = {name: t["reorder_seconds"] / t["forward_seconds"] for name, t in totals.items()}
-        if CEILING in speeds:
-            summary["ceiling_speedup"] = speeds[CEILING] / speeds["transformer"]
-            summary["rfa_share_of_ceiling"] = speeds["rfa"] / speeds[CEILING]
-        if args.profile:
-            summary["profile"] = {name: profile_batch(model, dataset, batches[0], args.beam, device, args.profile)
-                                  for name, model in models.items()}
-        result["summary"].append(summary)
-        print(f"L={window_size:2d}: transformer {speeds['transformer']:.1f} tokens/s, RFA {speeds['rfa']:.1f} "
-              f"tokens/s, RFA/transformer {summary['speedup']:.2f}x"
-              + (f"; ceiling/transformer {summary['ceiling_speedup']:.2f}x, RFA/ceiling "
-                 f"{summary['rfa_share_of_ceiling']:.2f}" if CEILING in speeds else "")
-              + f"; cache reordering {summary['reorder_share']['transformer']:.0%} of the transformer's forward time",
-              flush=True)
+        for position, batch_size in enumerate(batch_sizes[window_size]):
+            batches = choose_batches(dataset, window_size, batch_size, num_batches)
+            if position == 0:
+                for name, model in models.items():  # warm-up: first calls allocate and pick kernels
+                    decode_batch(model, dataset, batches[0][:max(1, batch_size // 4)], args.beam, device)
+            result["summary"].append(measure_setting(models, dataset, window_size, batch_size, batches, args,
+                                                     result["runs"]))
         del models
     return record_load_at_end(result)
 
@@ -393,8 +413,10 @@ def plot(json_path: str, out: str) -> None:
 
     with open(json_path) as f:
         result = json.load(f)
-    summary = sorted(result["summary"], key=lambda s: s["window_size"])
+    summary = sorted(result["summary"], key=lambda s: (s["window_size"], s["batch_size"]))
     sizes = [s["window_size"] for s in summary]
+    if len(set(sizes)) < len(sizes):
+        return plot_batch_curve(result, summary, out, plt)
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
     left.plot(sizes, [s["speedup"] for s in summary], marker="o", label="forward time")
     left.plot(sizes, [s["wall_speedup"] for s in summary], marker="x", linestyle="--", label="wall time")
@@ -415,10 +437,41 @@ def plot(json_path: str, out: str) -> None:
     right.set_ylabel("decoded tokens / second")
     right.set_yscale("log")
     right.legend()
+    figure.suptitle(f"Decoding speed, beam {result['settings']['beam']}, {_device_label(result)}", fontsize=9)
+    figure.tight_layout()
+    save_figure(figure, out)
+
+
+def _device_label(result: Dict) -> str:
     machine = result["machine"]
-    threads = machine.get('torch_threads')
-    device = machine.get("gpu") or f"{machine.get('cpu', '?')} ({threads} thread{'' if threads == 1 else 's'})"
-    figure.suptitle(f"Decoding speed, beam {result['settings']['beam']}, {device}", fontsize=9)
+    threads = machine.get("torch_threads")
+    return machine.get("gpu") or f"{machine.get('cpu', '?')} ({threads} thread{'' if threads == 1 else 's'})"
+
+
+def plot_batch_curve(result: Dict, summary: List[Dict], out: str, plt) -> None:
+    """Several batch sizes per L (``run --batch-sizes``): speedups and tokens/s against the
+    windows per batch, one line per L."""
+    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for window_size in sorted({s["window_size"] for s in summary}):
+        rows = [s for s in summary if s["window_size"] == window_size]
+        batches = [s["batch_size"] for s in rows]
+        left.plot(batches, [s["speedup"] for s in rows], marker="o", label=f"RFA / transformer, L={window_size}")
+        if all("ceiling_speedup" in s for s in rows):
+            left.plot(batches, [s["ceiling_speedup"] for s in rows], marker="^", linestyle=":",
+                      label=f"ceiling / transformer, L={window_size}")
+        for name, style in (("transformer", "s-"), ("rfa", "o-"), (CEILING, "^:")):
+            if all(name in s["tokens_per_second"] for s in rows):
+                right.plot(batches, [s["tokens_per_second"][name] for s in rows], style,
+                           label=f"{name}, L={window_size}")
+    for axis in (left, right):
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("windows per batch")
+        axis.legend(fontsize=7)
+    left.axhline(1.0, color="grey", linewidth=0.8)
+    left.set_ylabel("speedup over transformer")
+    right.set_ylabel("decoded tokens / second")
+    figure.suptitle(f"Decoding speed against the batch, beam {result['settings']['beam']}, "
+                    f"{_device_label(result)}", fontsize=9)
     figure.tight_layout()
     save_figure(figure, out)
 
@@ -435,6 +488,9 @@ def main(argv=None) -> int:
                                                    f"--quick: {QUICK_WINDOW_SIZES})")
     run_parser.add_argument("--batch-scale", type=float,
                             help="fraction of the paper's Table 3 batch sizes (default 1/8; --quick 1/32)")
+    run_parser.add_argument("--batch-sizes", metavar="N[,N...]",
+                            help="windows per batch, each measured in turn at every L (a batch curve; "
+                                 "overrides --batch-scale)")
     run_parser.add_argument("--batches", type=int, help="timed batches per L (default 2; --quick 1)")
     run_parser.add_argument("--beam", type=int, default=4)
     run_parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")

@@ -34,8 +34,10 @@ The package, by form (DESIGN.md, "three forms, one truth"):
 * :mod:`.reference`: quadratic, masked, written from the formulas for clarity;
 * :mod:`.training`: the training forms, linear in time and memory (causal: chunks of
   ``chunk_size`` tokens, quadratic inside a chunk, the recurrent state between chunks; cross:
-  the source summary, then a readout);
-* :mod:`.incremental`: one token and constant work per step, for beam search;
+  the source summary, then a readout, the summary in whichever exact form costs less,
+  :func:`.training.cross_rfa_summary`, in training and in decoding);
+* :mod:`.incremental`: one token and constant work per step, for beam search (cross attention
+  reads its cached source summary at every step);
 * :mod:`.layers`: the attention modules that fairseq's layers call.
 
 The causal forms share one signature, ``(phi_q, phi_k, v, log_forget, key_weight,
@@ -69,11 +71,19 @@ from .features import (
     random_fourier_features,
 )
 from .gates import GATE_VARIANTS, final_key_weights, sentence_gates
-from .incremental import causal_rfa_step, cross_rfa_read, cross_rfa_summary, incremental_causal_rfa
+from .incremental import causal_rfa_step, incremental_causal_rfa
 from .layers import RandomFeatureCausalAttention, RandomFeatureCrossAttention
 from .reference import reference_causal_rfa, reference_cross_rfa
 from .state import NORMALISER_FLOOR, join_state, split_state
-from .training import CHUNK_SIZE, chunked_causal_rfa, cross_rfa, cross_rfa_readout, cross_rfa_state
+from .training import (
+    CHUNK_SIZE,
+    chunked_causal_rfa,
+    cross_rfa,
+    cross_rfa_read,
+    cross_rfa_readout,
+    cross_rfa_state,
+    cross_rfa_summary,
+)
 
 __all__ = [
     "CHUNK_SIZE", "FEATURE_MAPS", "GATE_VARIANTS", "MIN_TAU", "NORMALISER_FLOOR", "RANDOM_MATRIX_BANK_SIZE",

@@ -130,7 +130,7 @@ def l2_normalise(x: Tensor) -> Tensor:
     return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-6)
 
 
-def _projection(random_matrix: Tensor, tau: Optional[Tensor]) -> Tensor:
+def projection_of(random_matrix: Tensor, tau: Optional[Tensor]) -> Tensor:
     """W / τ: [heads, D, head_dim]."""
     if tau is None:
         return random_matrix
@@ -144,32 +144,54 @@ def _project(x: Tensor, projection: Tensor) -> Tensor:
     return torch.einsum("...htd,hkd->...htk", l2_normalise(x.float()), projection.float())
 
 
-def random_fourier_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None) -> Tensor:
+class _FourierFeatures(torch.autograd.Function):
+    """``[sin(P), cos(P)] · scale`` whose backward reads its own output.
+
+    d(s·sin P)/dP = s·cos P and d(s·cos P)/dP = -s·sin P are the output's two halves, swapped:
+    the backward needs no sine or cosine and nothing but the output, which the attention's
+    matrix products keep for their own backward anyway. Autograd's ``sin``/``cos`` would keep P
+    too (half the features' size, per query and key of every layer) and evaluate both functions
+    again."""
+
+    @staticmethod
+    def forward(ctx, projected: Tensor, scale: float) -> Tensor:
+        half = projected.size(-1)
+        features = projected.new_empty(projected.shape[:-1] + (2 * half,))
+        torch.sin(projected, out=features[..., :half])
+        torch.cos(projected, out=features[..., half:])
+        features.mul_(scale)
+        ctx.save_for_backward(features)
+        return features
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        (features,) = ctx.saved_tensors
+        half = features.size(-1) // 2
+        scaled_sin, scaled_cos = features[..., :half], features[..., half:]
+        return grad[..., :half] * scaled_cos - grad[..., half:] * scaled_sin, None
+
+
+def random_fourier_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None,
+                            projection: Optional[Tensor] = None) -> Tensor:
     """[..., heads, time, head_dim] → [..., heads, time, 2D] fp32: [sin(Wx̂/τ), cos(Wx̂/τ)] / √D.
 
     φ(x)·φ(y) = mean_i cos(w_i·(x̂ - ŷ)/τ) ≈ exp(-|x̂ - ŷ|²/2τ²) = exp((x̂·ŷ - 1)/τ²).
+    ``projection``: W/τ where the caller keeps it (decoding computes it once per batch).
     """
-    projected = _project(x, _projection(random_matrix, tau))
-    num_projections = projected.size(-1)
-    scale = 1.0 / math.sqrt(num_projections)
-    if torch.is_grad_enabled() and projected.requires_grad:
-        return torch.cat([torch.sin(projected), torch.cos(projected)], dim=-1) * scale
-    # inference (decoding): the same values written into one tensor, without temporaries
-    features = projected.new_empty(projected.shape[:-1] + (2 * num_projections,))
-    torch.sin(projected, out=features[..., :num_projections])
-    torch.cos(projected, out=features[..., num_projections:])
-    return features.mul_(scale)
+    projected = _project(x, projection_of(random_matrix, tau) if projection is None else projection)
+    return _FourierFeatures.apply(projected, 1.0 / math.sqrt(projected.size(-1)))
 
 
-def positive_random_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None) -> Tensor:
+def positive_random_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None,
+                             projection: Optional[Tensor] = None) -> Tensor:
     """[..., heads, time, head_dim] → [..., heads, time, D] fp32: exp(Wx̂/τ - 1/τ²) / √D.
 
     Positive random features (Choromanski et al., 2021) of the same kernel as the Fourier map:
     E[φ(x)·φ(y)] = exp(x̂·ŷ/τ²) exp(-1/τ²). The exponent is at most |w|/τ - 1/τ² ≤ |w|²/4,
     bounded for every τ, so no max-subtraction is needed for fp32.
     """
-    projection = _projection(random_matrix, tau)
-    projected = _project(x, projection)
+    projected = _project(x, projection_of(random_matrix, tau) if projection is None else projection)
     if tau is None:
         offset = 1.0
     else:

@@ -2,16 +2,15 @@
 
 :func:`incremental_causal_rfa` runs the step over a sequence with the signature of the other
 forms (:mod:`.reference`); cross RFA's incremental form is the module's cached source
-summary (:func:`cross_rfa_summary`), read at every step (:func:`cross_rfa_read`).
+summary (:func:`.training.cross_rfa_summary`), read at every step (:func:`.training.cross_rfa_read`).
 """
 
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from .state import normalised, with_ones
-from .training import cross_rfa_readout, cross_rfa_state, weighted_values
 
 
 def causal_rfa_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, state: Optional[Tensor],
@@ -59,30 +58,3 @@ def incremental_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: 
         out, state = causal_rfa_step(phi_q[:, :, t], phi_k[:, :, t], v[:, :, t], state, forget, weight)
         outputs.append(out)
     return torch.stack(outputs, dim=2), state
-
-
-def cross_rfa_summary(phi_k: Tensor, v: Tensor, key_weight: Optional[Tensor] = None) -> Dict[str, Tensor]:
-    """What decoding keeps of the source for cross RFA, in whichever of two exact forms is smaller.
-
-    A step reads ``φ(q)·[S, z]`` with ``[S, z] = φ(K)ᵀ [w v, w]``: either through the state
-    (``{"state"}``, ``F × (dv + 1)`` per head, :func:`.training.cross_rfa_state`) or, re-associated,
-    through the source's features and weighted values (``{"keys", "values"}``, ``T × (F + dv + 1)``
-    per head), ``(φ(q)·φ(K)ᵀ)·[w v, w]``. Both compute the same sums in another order; a step reads
-    (and multiplies) every number of the summary once, so the smaller one is the cheaper one: the
-    keys while the source is shorter than ``F (dv + 1) / (F + dv + 1)`` tokens (57 at the paper's
-    512 features and 64-wide heads), the state beyond.
-
-    Args: as :func:`.training.cross_rfa_state`.
-    """
-    source, features, columns = phi_k.size(-2), phi_k.size(-1), v.size(-1) + 1
-    if source * (features + columns) < features * columns:
-        return {"keys": phi_k.float().contiguous(), "values": weighted_values(v, key_weight).contiguous()}
-    return {"state": cross_rfa_state(phi_k, v, key_weight)}
-
-
-def cross_rfa_read(phi_q: Tensor, summary: Dict[str, Tensor]) -> Tensor:
-    """φ(q)·S / φ(q)·z from a :func:`cross_rfa_summary`: phi_q [batch, heads, time, F] →
-    [batch, heads, time, dv]."""
-    if "state" in summary:
-        return cross_rfa_readout(phi_q, summary["state"])
-    return normalised((phi_q.float() @ summary["keys"].transpose(-1, -2)) @ summary["values"])

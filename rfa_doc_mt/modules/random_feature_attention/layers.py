@@ -10,12 +10,19 @@ from fairseq.incremental_decoding_utils import with_incremental_state
 from torch import Tensor, nn
 
 from ..hand_off import HandOff
-from .features import FEATURE_MAPS, RandomMatrices, feature_map_function, feature_size, norm_rescale_weights
+from .features import (
+    FEATURE_MAPS,
+    RandomMatrices,
+    feature_map_function,
+    feature_size,
+    norm_rescale_weights,
+    projection_of,
+)
 from .gates import GATE_VARIANTS, final_key_weights, sentence_gates
-from .incremental import causal_rfa_step, cross_rfa_read, cross_rfa_summary
-from .training import CHUNK_SIZE, chunked_causal_rfa, cross_rfa_state
+from .incremental import causal_rfa_step
+from .training import CHUNK_SIZE, chunked_causal_rfa, cross_rfa_read, cross_rfa_state, cross_rfa_summary
 
-# what a decoding cross attention keeps of its source (incremental.cross_rfa_summary)
+# what a decoding cross attention keeps of its source (training.cross_rfa_summary)
 SUMMARY_NAMES = ("state", "keys", "values")
 
 
@@ -62,9 +69,16 @@ class _RandomFeatureAttentionBase(HandOff, nn.Module):
         weight, bias = self.gate_proj.weight, self.gate_proj.bias
         return F.linear(x.float(), weight.float(), bias.float())
 
-    def features_of(self, x: Tensor, random_matrix: Tensor) -> Tensor:
-        """[..., heads, time, head_dim] → [..., heads, time, F] fp32."""
-        return feature_map_function(self.feature_map)(x, random_matrix, self.tau)
+    def features_of(self, x: Tensor, random_matrix: Tensor, projection: Optional[Tensor] = None) -> Tensor:
+        """[..., heads, time, head_dim] → [..., heads, time, F] fp32 (``projection``: W/τ, if kept)."""
+        return feature_map_function(self.feature_map)(x, random_matrix, self.tau, projection=projection)
+
+    def decoding_projection(self, buffer: Dict[str, Optional[Tensor]]) -> Tensor:
+        """W/τ of the evaluation matrix, kept in the decoding buffer: divided once per batch, not
+        once per step (the parameters do not change while a batch decodes)."""
+        if buffer.get("projection") is None:
+            buffer["projection"] = projection_of(self.random_matrices.eval_matrix, self.tau).float()
+        return buffer["projection"]
 
     def _require_sentence_starts(self, expected_shape) -> Tensor:
         return self.handed("sentence_starts", expected_shape, f"its gate {self.gate_variant!r}")
@@ -91,7 +105,8 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
     x [time, batch, embed_dim]; causality is built in (``attn_mask``, the future mask, is
     implied). Incremental state per layer: ``state`` [batch, heads, F, dv + 1] (S and z),
     ``gate_logit`` [batch, heads] (logit of the last token, used when the next token starts a
-    sentence), ``key_weight`` [batch, heads] (sgate-avg: the current sentence's weight).
+    sentence), ``key_weight`` [batch, heads] (sgate-avg: the current sentence's weight) and
+    ``projection`` (W/τ, shared by every row, :meth:`decoding_projection`).
     """
 
     def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, feature_map: str = "fourier",
@@ -152,7 +167,8 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
         qkv = self.in_proj(query[0]).view(batch, 3, self.num_heads, 1, self.head_dim)
         with torch.autocast(device_type=query.device.type, enabled=False):
             # decoding is inference: the fixed evaluation matrix, whatever the mode
-            phi = self.features_of(qkv[:, :2], self.random_matrices.eval_matrix)  # [batch, 2, heads, 1, F]
+            phi = self.features_of(qkv[:, :2], self.random_matrices.eval_matrix,
+                                   self.decoding_projection(buffer))  # [batch, 2, heads, 1, F]
             phi_q, phi_k = phi[:, 0, :, 0], phi[:, 1, :, 0]
             v = qkv[:, 2, :, 0].float()
             forget = key_weight = None
@@ -188,7 +204,7 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
             spare = buffer.pop("spare", None)
             rows = new_order.size(0)
             for name, value in list(buffer.items()):
-                if value is None:
+                if value is None or name == "projection":  # W/τ: one for every row
                     continue
                 if name != "state" or value.requires_grad:
                     buffer[name] = value.index_select(0, new_order)
@@ -284,13 +300,13 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
                 need_weights: bool = False, static_kv: bool = True, **unused) -> Tuple[Tensor, None]:
         """query [time, batch, embed_dim], key [source, batch, kdim] → ([time, batch, embed_dim], None).
 
-        Training (no ``incremental_state``) reads the source through the state; decoding keeps
-        whichever exact summary of the source is smaller (:func:`.incremental.cross_rfa_summary`)."""
+        The source is summarised in whichever exact form costs less (:func:`.training.cross_rfa_summary`):
+        in training for the ``time`` queries that read it once, in decoding for every step."""
         time, batch, _ = query.shape
         if incremental_state is None:
             random_matrix = self.random_matrices()
             starts = self.handed_or_none("sentence_starts")
-            summary = {"state": self.source_state(key, key_padding_mask, random_matrix, starts)}
+            summary = cross_rfa_summary(*self._source_keys(key, key_padding_mask, random_matrix, starts), reads=time)
         else:
             # decoding is inference: the fixed evaluation matrix, whatever the mode
             random_matrix = self.random_matrices.eval_matrix
@@ -310,11 +326,13 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
                 summary = cross_rfa_summary(*self._source_keys(key, key_padding_mask, random_matrix, starts))
                 buffer.update(summary)
                 self._set_input_buffer(incremental_state, buffer)
-        rows = buffer.get("rows") if incremental_state is not None else None
-        return self.out_proj(self._read(query, summary, random_matrix, rows)), None
+        rows = projection = None
+        if incremental_state is not None:
+            rows, projection = buffer.get("rows"), self.decoding_projection(buffer)
+        return self.out_proj(self._read(query, summary, random_matrix, rows, projection)), None
 
     def _read(self, query: Tensor, summary: Dict[str, Tensor], random_matrix: Tensor,
-              rows: Optional[Tensor] = None) -> Tensor:
+              rows: Optional[Tensor] = None, projection: Optional[Tensor] = None) -> Tensor:
         """query [time, batch, embed_dim], a source summary of ``stored`` sources → [time, batch, embed_dim].
 
         The batch holds ``batch // sources`` consecutive rows (beams) per source; source i reads
@@ -327,7 +345,7 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
             # [sources, heads, beams*time, head_dim]: the beams of a source read the same summary
             heads_q = q.view(time, sources, batch // sources, self.num_heads, self.head_dim)
             heads_q = heads_q.permute(1, 3, 2, 0, 4).reshape(sources, self.num_heads, -1, self.head_dim)
-            phi_q = self.features_of(heads_q, random_matrix)
+            phi_q = self.features_of(heads_q, random_matrix, projection)
             if rows is None:
                 out = cross_rfa_read(phi_q, summary)
             else:

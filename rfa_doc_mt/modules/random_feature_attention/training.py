@@ -1,7 +1,7 @@
 """Training forms of RFA: linear in time and memory, differentiable (same signatures as
 :mod:`.reference`)."""
 
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -77,3 +77,42 @@ def cross_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, key_weight: Optional[Tens
     :func:`.reference.reference_cross_rfa`."""
     state = cross_rfa_state(phi_k, v, key_weight)
     return cross_rfa_readout(phi_q, state), state
+
+
+def cross_rfa_summary(phi_k: Tensor, v: Tensor, key_weight: Optional[Tensor] = None,
+                      reads: Optional[int] = None) -> Dict[str, Tensor]:
+    """What cross attention keeps of the source, in whichever of two exact forms costs less.
+
+    A query reads ``φ(q)·[S, z]`` with ``[S, z] = φ(K)ᵀ [w v, w]``: either through the state
+    (``{"state"}``, ``F × (dv + 1)`` per head, :func:`cross_rfa_state`) or, re-associated,
+    through the source's features and weighted values (``{"keys", "values"}``, ``T × (F + dv + 1)``
+    per head), ``(φ(q)·φ(K)ᵀ)·[w v, w]``. Both compute the same sums in another order:
+
+    * decoding (``reads`` None: the summary is read at every step, by the beams of a source) keeps
+      the smaller one, as every read multiplies each of its numbers once: the keys while the source
+      is shorter than ``F (dv + 1) / (F + dv + 1)`` tokens (57 at the paper's 512 features and
+      64-wide heads), the state beyond;
+    * training (``reads``: the queries per source, each reading once) adds the state's own cost,
+      ``T F (dv + 1)``: the keys are kept when ``reads · T (F + dv + 1) < (T + reads) F (dv + 1)``
+      (e.g. up to about 115 tokens for as many queries as keys). The ``reads x T`` scores this
+      keeps for the backward pass are then fewer than ``(T + reads) · 57`` per head: linear in
+      the lengths, as the state's memory is.
+
+    Args: as :func:`cross_rfa_state`; ``reads``: queries per source reading the summary once each.
+    """
+    source, features, columns = phi_k.size(-2), phi_k.size(-1), v.size(-1) + 1
+    if reads is None:
+        keys_cheaper = source * (features + columns) < features * columns
+    else:
+        keys_cheaper = reads * source * (features + columns) < (source + reads) * features * columns
+    if keys_cheaper:
+        return {"keys": phi_k.float().contiguous(), "values": weighted_values(v, key_weight).contiguous()}
+    return {"state": cross_rfa_state(phi_k, v, key_weight)}
+
+
+def cross_rfa_read(phi_q: Tensor, summary: Dict[str, Tensor]) -> Tensor:
+    """φ(q)·S / φ(q)·z from a :func:`cross_rfa_summary`: phi_q [batch, heads, time, F] →
+    [batch, heads, time, dv]."""
+    if "state" in summary:
+        return cross_rfa_readout(phi_q, summary["state"])
+    return normalised((phi_q.float() @ summary["keys"].transpose(-1, -2)) @ summary["values"])
