@@ -2,6 +2,7 @@
 ops agree, RFA approximates softmax attention, the gates do what §3.2 says, and the model
 decodes incrementally exactly as it runs in one pass."""
 
+import math
 import os
 
 import pytest
@@ -18,6 +19,7 @@ from rfa_doc_mt.modules.random_feature_attention import (
     RandomFeatureCrossAttention,
     RandomMatrices,
     causal_rfa_step,
+    cheapest_chunk_size,
     chunked_causal_rfa,
     cross_rfa,
     cross_rfa_read,
@@ -184,6 +186,9 @@ def test_causal_forms_agree(gate, time, chunk_size, sentences, pad_lengths):
 
     ref_out, ref_state = run(reference_causal_rfa)
     chunk_out, chunk_state = run(lambda *a: chunked_causal_rfa(*a, chunk_size=chunk_size))
+    # a training step needs no final state: the same outputs, and no state built after the last chunk
+    outputs_only, no_state = run(lambda *a: chunked_causal_rfa(*a, chunk_size=chunk_size, final_state=False))
+    assert no_state is None and torch.equal(outputs_only, chunk_out)
     inc_out, inc_state = run(incremental_causal_rfa)
     real = ~inputs["padding"].unsqueeze(1).unsqueeze(-1)  # outputs at padded queries are never used
     name = f"causal {gate} T={time} chunk={chunk_size}"
@@ -376,15 +381,33 @@ def _incremental(module, x, tokens, padding=None):
     return torch.cat(outputs, 0), state
 
 
+def test_training_chunks_cost_the_least_arithmetic():
+    """One chunk (no state) for short sequences, as many equal chunks as the longest would make
+    beyond: with 256 causal projections (512 features) and 64-wide heads, one chunk below
+    2 F (dv + 1) / (F + dv + 1) = 115.4 tokens."""
+    choices = [cheapest_chunk_size(time, 512, 64, longest=64) for time in range(1, 401)]
+    whole = [time for time, chunk in zip(range(1, 401), choices) if chunk >= time]
+    for time, chunk in zip(range(1, 401), choices):
+        assert chunk >= time or (chunk <= 64 and math.ceil(time / chunk) == math.ceil(time / 64)), (time, chunk)
+    assert whole == list(range(1, 116))
+    assert math.ceil(375 / cheapest_chunk_size(375, 512, 64, longest=64)) == 6  # 6 x 63, not 5 x 64 + 55
+
+
 @pytest.mark.parametrize("gate", GATES)
 @pytest.mark.parametrize("feature_map", ["fourier", "positive"])
-def test_causal_module_incremental_equals_full(gate, feature_map):
-    module = _module_pair(gate, feature_map=feature_map, learned_tau=True, chunk_size=16)
+@pytest.mark.parametrize("time,chunk_size,chunks,sentences,pad_lengths", [
+    (41, 16, 3, [4, 1, 7], [41, 29, 35]),
+    (11, 8, 1, [2, 1, 3], [11, 8, 9]),  # one chunk: below 2 F (dv + 1) / (F + dv + 1) = 11.5 tokens
+])
+def test_causal_module_incremental_equals_full(gate, feature_map, time, chunk_size, chunks, sentences, pad_lengths):
+    # 16 features, 8-wide heads: the training step's chunks are those that cost the least arithmetic
+    assert math.ceil(time / cheapest_chunk_size(time, 16, 8, longest=chunk_size)) == chunks
+    module = _module_pair(gate, feature_map=feature_map, learned_tau=True, chunk_size=chunk_size)
     with torch.no_grad():
         module.tau.copy_(torch.tensor([0.7, 1.3]))
     generator = torch.Generator().manual_seed(5)
-    tokens = random_windows(3, 41, [4, 1, 7], generator, pad_lengths=[41, 29, 35])
-    x = torch.randn(41, 3, 16, generator=generator)
+    tokens = random_windows(3, time, sentences, generator, pad_lengths=pad_lengths)
+    x = torch.randn(time, 3, 16, generator=generator)
     padding = tokens.eq(PAD)
     full = _run_causal(module, x, tokens, padding)
     incremental, _ = _incremental(module, x, tokens, padding)
@@ -394,9 +417,9 @@ def test_causal_module_incremental_equals_full(gate, feature_map):
     module.hand_in(sentence_starts=sentence_starts(tokens, SEP))
     log_forget, _ = module._gates(x, padding)
     module.hand_in()
-    terms = causal_module_terms(module, 41) + decay_terms(41, log_forget)
+    terms = causal_module_terms(module, time) + decay_terms(time, log_forget)
     assert_fp32_close(incremental * real, full * real, terms,
-                      name=f"causal module {gate} {feature_map} full-incremental")
+                      name=f"causal module {gate} {feature_map} T={time} full-incremental")
 
 
 @pytest.mark.parametrize("gate", GATES)

@@ -77,6 +77,7 @@ from .reference import reference_causal_rfa, reference_cross_rfa
 from .state import NORMALISER_FLOOR, join_state, split_state
 from .training import (
     CHUNK_SIZE,
+    cheapest_chunk_size,
     chunked_causal_rfa,
     cross_rfa,
     cross_rfa_read,
@@ -88,7 +89,8 @@ from .training import (
 __all__ = [
     "CHUNK_SIZE", "FEATURE_MAPS", "GATE_VARIANTS", "MIN_TAU", "NORMALISER_FLOOR", "RANDOM_MATRIX_BANK_SIZE",
     "RandomFeatureCausalAttention", "RandomFeatureCrossAttention", "RandomMatrices", "causal_rfa_step",
-    "chunked_causal_rfa", "cross_rfa", "cross_rfa_read", "cross_rfa_readout", "cross_rfa_summary", "cross_rfa_state",
+    "cheapest_chunk_size", "chunked_causal_rfa", "cross_rfa", "cross_rfa_read", "cross_rfa_readout",
+    "cross_rfa_summary", "cross_rfa_state",
     "feature_map_function", "feature_size", "final_key_weights", "incremental_causal_rfa", "join_state",
     "l2_normalise", "module_seed", "norm_rescale_weights", "orthogonal_random_matrices", "positive_random_features",
     "random_fourier_features", "reference_causal_rfa", "reference_cross_rfa", "sentence_gates", "split_state",

@@ -20,7 +20,14 @@ from .features import (
 )
 from .gates import GATE_VARIANTS, final_key_weights, sentence_gates
 from .incremental import causal_rfa_step
-from .training import CHUNK_SIZE, chunked_causal_rfa, cross_rfa_read, cross_rfa_state, cross_rfa_summary
+from .training import (
+    CHUNK_SIZE,
+    cheapest_chunk_size,
+    chunked_causal_rfa,
+    cross_rfa_read,
+    cross_rfa_state,
+    cross_rfa_summary,
+)
 
 # what a decoding cross attention keeps of its source (training.cross_rfa_summary)
 SUMMARY_NAMES = ("state", "keys", "values")
@@ -137,7 +144,9 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
             random_matrix = self.random_matrices()
             phi_q, phi_k = self.features_of(q, random_matrix), self.features_of(k, random_matrix)
             log_forget, key_weight = self._gates(query, key_padding_mask)
-            out, _ = chunked_causal_rfa(phi_q, phi_k, v, log_forget, key_weight, chunk_size=self.chunk_size)
+            chunk_size = cheapest_chunk_size(time, phi_q.size(-1), self.head_dim, longest=self.chunk_size)
+            out, _ = chunked_causal_rfa(phi_q, phi_k, v, log_forget, key_weight, chunk_size=chunk_size,
+                                        final_state=False)
         return self.out_proj(self._merge_heads(out, v.dtype)), None
 
     def _split_qkv(self, query: Tensor) -> Tuple[Tensor, Tensor, Tensor]:

@@ -14,38 +14,75 @@ CHUNK_SIZE = 64
 
 def chunked_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Optional[Tensor] = None,
                        key_weight: Optional[Tensor] = None, initial_state: Optional[Tensor] = None,
-                       chunk_size: int = CHUNK_SIZE) -> Tuple[Tensor, Tensor]:
+                       chunk_size: int = CHUNK_SIZE, final_state: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
     """Training form, linear in time and memory: out [batch, heads, time, dv], final state.
 
     The state is ``[batch, heads, F, dv + 1]`` (S with z as its last column, see
     :func:`.state.split_state`). Inside a chunk the quadratic form runs with decays relative to the
     chunk start; the state carries everything before it (same arguments as
-    :func:`.reference.reference_causal_rfa`).
+    :func:`.reference.reference_causal_rfa`). Without an ``initial_state`` the first chunk reads
+    no state (it would read zeros); with ``final_state=False`` the state after the last chunk is
+    neither built nor returned (``None``): a training step that only needs the outputs.
     """
     batch, heads, time, features = phi_q.shape
     phi_q, phi_k = phi_q.float(), phi_k.float()
     values = with_ones(v.float())
     if key_weight is not None:
         phi_k = phi_k * key_weight.float().unsqueeze(-1)
-    state = initial_state if initial_state is not None else values.new_zeros(batch, heads, features, values.size(-1))
+    state = initial_state  # None: zero so far (nothing to read, nothing to decay)
     outputs = []
     for start in range(0, time, chunk_size):
         end = min(start + chunk_size, time)
+        update_state = final_state or end < time
         q, k, val = phi_q[:, :, start:end], phi_k[:, :, start:end], values[:, :, start:end]
         causal = torch.ones(end - start, end - start, dtype=torch.bool, device=q.device).tril()
         if log_forget is None:
-            scores = (q @ k.transpose(-1, -2)).masked_fill(~causal, 0.0)
-            outputs.append(scores @ val + q @ state)
-            state = state + k.transpose(-1, -2) @ val
+            out = (q @ k.transpose(-1, -2)).masked_fill(~causal, 0.0) @ val
+            if state is not None:
+                out = out + q @ state
+            if update_state:
+                added = k.transpose(-1, -2) @ val
+                state = added if state is None else state + added
         else:
             cumulative = log_forget[:, :, start:end].float().cumsum(-1)  # log Π f from the chunk start
             log_decay = (cumulative.unsqueeze(-1) - cumulative.unsqueeze(-2)).masked_fill(~causal, float("-inf"))
-            scores = (q @ k.transpose(-1, -2)) * log_decay.exp()
-            outputs.append(scores @ val + (q * cumulative.exp().unsqueeze(-1)) @ state)
-            total = cumulative[..., -1:]  # [batch, heads, 1]
-            decayed_keys = k * (total - cumulative).exp().unsqueeze(-1)
-            state = state * total.exp().unsqueeze(-1) + decayed_keys.transpose(-1, -2) @ val
+            out = ((q @ k.transpose(-1, -2)) * log_decay.exp()) @ val
+            if state is not None:
+                out = out + (q * cumulative.exp().unsqueeze(-1)) @ state
+            if update_state:
+                total = cumulative[..., -1:]  # [batch, heads, 1]
+                added = (k * (total - cumulative).exp().unsqueeze(-1)).transpose(-1, -2) @ val
+                state = added if state is None else state * total.exp().unsqueeze(-1) + added
+        outputs.append(out)
+    if not final_state:
+        return normalised(torch.cat(outputs, dim=2)), None
+    if state is None:  # no tokens
+        state = values.new_zeros(batch, heads, features, values.size(-1))
     return normalised(torch.cat(outputs, dim=2)), state
+
+
+def cheapest_chunk_size(time: int, features: int, value_dim: int, longest: int = CHUNK_SIZE) -> int:
+    """The chunk length for :func:`chunked_causal_rfa` in a training step that needs no final
+    state: the whole sequence in one chunk (no state at all) when that costs less arithmetic,
+    else as many chunks as chunks of ``longest`` would make, of equal length (no short last chunk).
+
+    A chunk of ``c`` tokens costs ``c² (F + dv + 1)`` multiply-adds per head for its scores and
+    their weighted values; every chunk but the first reads the state (``c F (dv + 1)``) and every
+    chunk but the last adds to it (as much). Against two chunks, one is cheaper below
+    ``2 F (dv + 1) / (F + dv + 1)`` tokens, so the quadratic part stays bounded and the memory
+    linear in the length: 64 tokens at the paper's causal sizes (32 projections, so 64 features,
+    and 64-wide heads), where one chunk never beats chunks of 64; 115 with 256 projections."""
+    if time <= longest:
+        return longest
+    count = -(-time // longest)
+    balanced = -(-time // count)
+
+    def cost(chunk: int) -> int:
+        lengths = [min(chunk, time - start) for start in range(0, time, chunk)]
+        # tokens of the chunks that read the state (all but the first) and that add to it (all but the last)
+        state_traffic = (time - lengths[0]) + (time - lengths[-1])
+        return sum(c * c for c in lengths) * (features + value_dim + 1) + state_traffic * features * (value_dim + 1)
+    return time if cost(time) < cost(balanced) else balanced
 
 
 def cross_rfa_state(phi_k: Tensor, v: Tensor, key_weight: Optional[Tensor] = None) -> Tensor:
