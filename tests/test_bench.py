@@ -1,5 +1,9 @@
 """The benchmarks' own logic (their runs are exercised in test_reproduce on the smoke corpus)."""
 
+import json
+
+import pytest
+
 from rfa_doc_mt.bench.decode_memory import next_batch
 
 
@@ -18,3 +22,27 @@ def test_equal_memory_search_doubles_then_aims_at_the_budget():
     # beyond the budget from the start: halve; nothing fits even one window: stop
     assert next_batch(probes((12, 5000)), 4096) == 6
     assert next_batch(probes((1, 5000)), 4096) == 0
+
+
+def test_update_cost_reads_each_config_and_times_what_it_builds(tmp_path):
+    from rfa_doc_mt.bench.update_cost import config_arguments, main, model_options
+    from rfa_doc_mt.reproduce.papers import ROOT
+
+    arguments = config_arguments("configs/demo/lsh_self_cross_k0.sh", ROOT)
+    assert arguments["task"][:2] == ["--context-size", "0"]
+    options = model_options(arguments["model"])
+    assert "--arch" not in options and "lsh_doc_transformer_tiny" not in options
+    assert options[options.index("--lsh-rounds") + 1] == "4"
+
+    out = tmp_path / "cost.json"
+    assert main(["--systems", "demo-transformer_L2,demo-memory_L1", "--budget", "40", "--tokens", "64",
+                 "--steps", "1", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    transformer, memory = result["systems"]
+    assert transformer["system"] == "demo-transformer_L2" and transformer["sentences_per_window"] == 2
+    assert transformer["updates"] == 40 and transformer["seconds_per_update"] > 0
+    assert transformer["core_seconds"] == pytest.approx(40 * transformer["seconds_per_update"])
+    assert memory["updates"] == 10 and "not_measured" in memory  # a quarter of the budget: the fine-tuning
+    assert result["total_core_seconds"] == pytest.approx(transformer["core_seconds"])
+    with pytest.raises(SystemExit, match="unknown system"):
+        main(["--systems", "demo-nonexistent", "--steps", "1"])
