@@ -46,3 +46,15 @@ def test_update_cost_reads_each_config_and_times_what_it_builds(tmp_path):
     assert result["total_core_seconds"] == pytest.approx(transformer["core_seconds"])
     with pytest.raises(SystemExit, match="unknown system"):
         main(["--systems", "demo-nonexistent", "--steps", "1"])
+
+
+def test_training_speed_measures_a_step_of_the_batch_it_asks_for(capsys):
+    from rfa_doc_mt.bench.training_speed import main
+
+    assert main(["measure", "--model", "rfa", "--window-size", "2", "--tokens", "64", "--steps", "2",
+                 "--sentence-length", "8", "--vocabulary", "60"]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert figures["windows"] == 4 and figures["tokens"] == 64  # 4 windows of 2 sentences of 8 tokens
+    assert len(figures["step_seconds"]) == 2
+    assert figures["seconds_per_step"] == pytest.approx(sum(figures["step_seconds"]) / 2)  # the median of two
+    assert figures["tokens_per_second"] == pytest.approx(64 / figures["seconds_per_step"])

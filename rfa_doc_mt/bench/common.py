@@ -63,3 +63,34 @@ def save_figure(figure, out: str) -> None:
     figure.savefig(temporary, dpi=150)
     os.replace(temporary, out)
     print(f"wrote {out}")
+
+
+def random_window_step(model, dictionary, separator: int, tokens: int, window_sentences: int, sentence_length: int,
+                       seed: int):
+    """A training step (forward, label-smoothed cross-entropy, backward; no optimiser update) of
+    ``model`` on one fixed batch of random windows of ``window_sentences`` sentences of
+    ``sentence_length`` tokens (the separator ending each, EOS the window), as many windows as make
+    ``tokens`` tokens. Returns (step function, windows, tokens in the batch)."""
+    import torch.nn.functional as F
+
+    window = window_sentences * sentence_length
+    windows = max(1, round(tokens / window))
+    generator = torch.Generator().manual_seed(seed)
+
+    def random_windows():
+        batch = torch.randint(dictionary.nspecial, separator, (windows, window), generator=generator)
+        batch[:, sentence_length - 1::sentence_length] = separator
+        batch[:, -1] = dictionary.eos()
+        return batch
+
+    source, target = random_windows(), random_windows()
+    previous = torch.cat([target[:, -1:], target[:, :-1]], dim=1)  # EOS first, as fairseq shifts
+    lengths = torch.full((windows,), window)
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        logits, _ = model(source, lengths, previous)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), target.view(-1), label_smoothing=0.1)
+        loss.backward()
+
+    return step, windows, windows * window

@@ -29,40 +29,21 @@ from typing import Dict
 
 import torch
 
-from .common import commit_info, machine_info, record_load_at_end, write_json
+from .common import commit_info, machine_info, random_window_step, record_load_at_end, write_json
 
 MODELS = {"transformer": "doc_transformer", "rfa": "rfa_doc_transformer"}
 
 
 def measure(args) -> Dict:
     """One (model, L) in this process."""
-    import torch.nn.functional as F
-
     from ..models.build import build_model, dictionary_task, toy_dictionary
 
     torch.set_num_threads(args.threads)
     dictionary, separator = toy_dictionary(args.vocabulary - 5)  # with the 4 special symbols and <sep>
     model = build_model(MODELS[args.model], dictionary_task(dictionary, separator), seed=args.seed,
                         share_all_embeddings=True, max_source_positions=2048, max_target_positions=2048).train()
-    window = args.window_size * args.sentence_length
-    windows = max(1, round(args.tokens / window))
-    generator = torch.Generator().manual_seed(args.seed)
-
-    def tokens():
-        batch = torch.randint(dictionary.nspecial, separator, (windows, window), generator=generator)
-        batch[:, args.sentence_length - 1::args.sentence_length] = separator
-        batch[:, -1] = dictionary.eos()
-        return batch
-
-    source, target = tokens(), tokens()
-    previous = torch.cat([target[:, -1:], target[:, :-1]], dim=1)  # EOS first, as fairseq shifts
-    lengths = torch.full((windows,), window)
-
-    def step():
-        model.zero_grad(set_to_none=True)
-        logits, _ = model(source, lengths, previous)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), target.view(-1), label_smoothing=0.1)
-        loss.backward()
+    step, windows, batch_tokens = random_window_step(model, dictionary, separator, args.tokens, args.window_size,
+                                                     args.sentence_length, args.seed)
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     step()  # warm-up
@@ -74,8 +55,8 @@ def measure(args) -> Dict:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     per_step = statistics.median(seconds)
     return {"model": args.model, "window_size": args.window_size, "windows": windows,
-            "tokens": windows * window, "seconds_per_step": per_step, "step_seconds": seconds,
-            "tokens_per_second": windows * window / per_step, "peak_mb": (peak - before) / 1024}
+            "tokens": batch_tokens, "seconds_per_step": per_step, "step_seconds": seconds,
+            "tokens_per_second": batch_tokens / per_step, "peak_mb": (peak - before) / 1024}
 
 
 def run(args) -> Dict:

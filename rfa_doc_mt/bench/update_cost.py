@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Dict, List
 
-from .common import commit_info, machine_info, record_load_at_end, write_json
+from .common import commit_info, machine_info, random_window_step, record_load_at_end, write_json
 
 # the embedded corpus's joint vocabulary (dict.src.txt + dict.tgt.txt of its preparation)
 EMBEDDED_VOCABULARY = 540
@@ -65,7 +65,6 @@ def model_options(arguments: List[str]) -> List[str]:
 def seconds_per_update(config: str, root: str, args) -> Dict:
     """One config's model in this process: the median seconds of a training step."""
     import torch
-    import torch.nn.functional as F
 
     from ..models.build import build_model, dictionary_task, toy_dictionary
 
@@ -76,32 +75,15 @@ def seconds_per_update(config: str, root: str, args) -> Dict:
     dictionary, separator = toy_dictionary(args.vocabulary - 5)  # with the 4 special symbols and <sep>
     model = build_model(arch, dictionary_task(dictionary, separator), model_options(arguments["model"]),
                         seed=args.seed, share_all_embeddings=True).train()
-    window = sentences * args.sentence_length
-    windows = max(1, round(args.tokens / window))
-    generator = torch.Generator().manual_seed(args.seed)
-
-    def tokens():
-        batch = torch.randint(dictionary.nspecial, separator, (windows, window), generator=generator)
-        batch[:, args.sentence_length - 1::args.sentence_length] = separator
-        batch[:, -1] = dictionary.eos()
-        return batch
-
-    source, target = tokens(), tokens()
-    previous = torch.cat([target[:, -1:], target[:, :-1]], dim=1)
-    lengths = torch.full((windows,), window)
-
-    def step():
-        model.zero_grad(set_to_none=True)
-        logits, _ = model(source, lengths, previous)
-        F.cross_entropy(logits.view(-1, logits.size(-1)).float(), target.view(-1), label_smoothing=0.1).backward()
-
+    step, windows, batch_tokens = random_window_step(model, dictionary, separator, args.tokens, sentences,
+                                                     args.sentence_length, args.seed)
     step()  # warm-up
     seconds = []
     for _ in range(args.steps):
         start = time.perf_counter()
         step()
         seconds.append(time.perf_counter() - start)
-    return {"arch": arch, "sentences_per_window": sentences, "windows": windows, "tokens": windows * window,
+    return {"arch": arch, "sentences_per_window": sentences, "windows": windows, "tokens": batch_tokens,
             "seconds_per_update": statistics.median(seconds), "step_seconds": seconds}
 
 
