@@ -4,7 +4,8 @@ import json
 import os
 import platform
 import subprocess
-from typing import Dict
+import time
+from typing import Dict, List
 
 import torch
 
@@ -94,3 +95,14 @@ def random_window_step(model, dictionary, separator: int, tokens: int, window_se
         loss.backward()
 
     return step, windows, windows * window
+
+
+def timed_steps(step, steps: int) -> List[float]:
+    """Seconds of each of ``steps`` calls of ``step`` after one untimed warm-up call."""
+    step()  # warm-up: kernels, first allocations
+    seconds = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        seconds.append(time.perf_counter() - start)
+    return seconds

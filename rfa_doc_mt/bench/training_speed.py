@@ -24,12 +24,11 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
 from typing import Dict
 
 import torch
 
-from .common import commit_info, machine_info, random_window_step, record_load_at_end, write_json
+from .common import commit_info, machine_info, random_window_step, record_load_at_end, timed_steps, write_json
 
 MODELS = {"transformer": "doc_transformer", "rfa": "rfa_doc_transformer"}
 
@@ -46,12 +45,7 @@ def measure(args) -> Dict:
                                                      args.sentence_length, args.seed)
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    step()  # warm-up
-    seconds = []
-    for _ in range(args.steps):
-        start = time.perf_counter()
-        step()
-        seconds.append(time.perf_counter() - start)
+    seconds = timed_steps(step, args.steps)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     per_step = statistics.median(seconds)
     return {"model": args.model, "window_size": args.window_size, "windows": windows,

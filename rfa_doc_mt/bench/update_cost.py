@@ -25,10 +25,9 @@ import shlex
 import statistics
 import subprocess
 import sys
-import time
 from typing import Dict, List
 
-from .common import commit_info, machine_info, random_window_step, record_load_at_end, write_json
+from .common import commit_info, machine_info, random_window_step, record_load_at_end, timed_steps, write_json
 
 # the embedded corpus's joint vocabulary (dict.src.txt + dict.tgt.txt of its preparation)
 EMBEDDED_VOCABULARY = 540
@@ -77,12 +76,7 @@ def seconds_per_update(config: str, root: str, args) -> Dict:
                         seed=args.seed, share_all_embeddings=True).train()
     step, windows, batch_tokens = random_window_step(model, dictionary, separator, args.tokens, sentences,
                                                      args.sentence_length, args.seed)
-    step()  # warm-up
-    seconds = []
-    for _ in range(args.steps):
-        start = time.perf_counter()
-        step()
-        seconds.append(time.perf_counter() - start)
+    seconds = timed_steps(step, args.steps)
     return {"arch": arch, "sentences_per_window": sentences, "windows": windows, "tokens": batch_tokens,
             "seconds_per_update": statistics.median(seconds), "step_seconds": seconds}
 
