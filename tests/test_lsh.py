@@ -18,6 +18,13 @@ from rfa_doc_mt.modules.lsh_attention import (
     reference_lsh_cross_attention,
     reference_lsh_self_attention,
 )
+from rfa_doc_mt.modules.lsh_attention.training import (
+    dense_is_cheaper,
+    dense_lsh_cross_attention,
+    dense_lsh_self_attention,
+    windowed_lsh_cross_attention,
+    windowed_lsh_self_attention,
+)
 
 
 def op_terms(dim, keys):
@@ -37,6 +44,12 @@ def model_terms(source, target, vocabulary=0):
     """conftest.transformer_terms for lsh_doc_transformer_tiny (128 wide, FFN 256, 2 + 2 layers)."""
     return transformer_terms(128, 256, 2, 2, source, target, vocabulary=vocabulary)
 
+
+# Each op has two forms, chosen by size (training.dense_is_cheaper): every equivalence below is
+# checked on both
+FORMS = ["windowed", "dense"]
+SELF_FORMS = {"windowed": windowed_lsh_self_attention, "dense": dense_lsh_self_attention}
+CROSS_FORMS = {"windowed": windowed_lsh_cross_attention, "dense": dense_lsh_cross_attention}
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors (conftest.one_thread)
 
@@ -100,13 +113,14 @@ def test_rotations_come_from_their_seed_not_the_global_rng():
 # ---- equivalences ----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("causal", [False, True])
-def test_one_class_and_one_chunk_is_full_softmax_self_attention(causal):
+def test_one_class_and_one_chunk_is_full_softmax_self_attention(causal, form):
     shared_qk, values, _, key_padding_mask = random_case()
     time = shared_qk.shape[2]
     one_class = torch.zeros(2, 2, 2, time, dtype=torch.long)
-    output = lsh_self_attention(shared_qk, values, one_class, chunk_size=time, causal=causal,
-                                key_padding_mask=key_padding_mask)
+    output = SELF_FORMS[form](shared_qk, values, one_class, chunk_size=time, causal=causal,
+                              key_padding_mask=key_padding_mask)
     # full softmax with the LSH conventions: unit-length keys, no attention to itself, and
     # position 0 of causal attention (no earlier key) falls back to itself
     keys = torch.nn.functional.normalize(shared_qk, dim=-1)
@@ -122,24 +136,26 @@ def test_one_class_and_one_chunk_is_full_softmax_self_attention(causal):
                       values.abs().max().item(), f"one class, one chunk vs full softmax (causal={causal})")
 
 
-def test_one_class_and_one_chunk_is_full_softmax_cross_attention():
+@pytest.mark.parametrize("form", FORMS)
+def test_one_class_and_one_chunk_is_full_softmax_cross_attention(form):
     queries, keys, values, _, _, key_padding_mask = random_cross_case()
     one_class_q = torch.zeros(2, 2, 1, queries.shape[2], dtype=torch.long)
     one_class_k = torch.zeros(2, 2, 1, keys.shape[2], dtype=torch.long)
-    output = lsh_cross_attention(queries, keys, values, one_class_q, one_class_k, chunk_size=keys.shape[2],
-                                 key_padding_mask=key_padding_mask)
+    output = CROSS_FORMS[form](queries, keys, values, one_class_q, one_class_k, chunk_size=keys.shape[2],
+                               key_padding_mask=key_padding_mask)
     expected = full_softmax(queries, keys, values, ~key_padding_mask[:, None, None, :])
     assert_fp32_close(output, expected, op_terms(8, keys.shape[2]), values.abs().max().item(),
                       "one class, one chunk vs full softmax (cross)")
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("chunk_size", [1, 4, 5, 30])
-def test_self_attention_training_form_matches_reference(causal, chunk_size):
+def test_self_attention_training_form_matches_reference(causal, chunk_size, form):
     shared_qk, values, classes, key_padding_mask = random_case()
     inputs = [shared_qk.clone().requires_grad_(), values.clone().requires_grad_()]
     reference_inputs = [shared_qk.clone().requires_grad_(), values.clone().requires_grad_()]
-    output = lsh_self_attention(*inputs, classes, chunk_size, causal=causal, key_padding_mask=key_padding_mask)
+    output = SELF_FORMS[form](*inputs, classes, chunk_size, causal=causal, key_padding_mask=key_padding_mask)
     expected = reference_lsh_self_attention(*reference_inputs, classes, chunk_size, causal=causal,
                                             key_padding_mask=key_padding_mask)
     terms = op_terms(8, shared_qk.shape[2])
@@ -153,7 +169,8 @@ def test_self_attention_training_form_matches_reference(causal, chunk_size):
 
 @pytest.mark.parametrize("chunk_size,query_chunk_size,shuffled", [
     (1, None, False), (4, None, False), (5, 3, False), (3, 1, False), (40, None, False), (4, None, True)])
-def test_cross_attention_training_form_matches_reference(chunk_size, query_chunk_size, shuffled):
+@pytest.mark.parametrize("form", FORMS)
+def test_cross_attention_training_form_matches_reference(chunk_size, query_chunk_size, shuffled, form):
     queries, keys, values, query_classes, key_classes, key_padding_mask = random_cross_case()
     orders = {}
     if shuffled:
@@ -163,7 +180,7 @@ def test_cross_attention_training_form_matches_reference(chunk_size, query_chunk
     inputs = [t.clone().requires_grad_() for t in (queries, keys, values)]
     reference_inputs = [t.clone().requires_grad_() for t in (queries, keys, values)]
     kwargs = dict(query_chunk_size=query_chunk_size, key_padding_mask=key_padding_mask, **orders)
-    output = lsh_cross_attention(*inputs, query_classes, key_classes, chunk_size, **kwargs)
+    output = CROSS_FORMS[form](*inputs, query_classes, key_classes, chunk_size, **kwargs)
     expected = reference_lsh_cross_attention(*reference_inputs, query_classes, key_classes, chunk_size, **kwargs)
     terms = op_terms(8, keys.shape[2])
     assert_fp32_close(output, expected, terms, values.abs().max().item(), "cross training form vs reference")
@@ -174,20 +191,21 @@ def test_cross_attention_training_form_matches_reference(chunk_size, query_chunk
         assert_fp32_close(got.grad, want.grad, 2 * terms, name="cross gradients vs reference")
 
 
-def test_a_key_offered_by_several_rounds_counts_once():
+@pytest.mark.parametrize("form", FORMS)
+def test_a_key_offered_by_several_rounds_counts_once(form):
     """Repeating a round adds no key: with duplicates counted once the output is unchanged."""
     shared_qk, values, classes, key_padding_mask = random_case(rounds=2)
     repeated = torch.cat([classes, classes[:, :, :1]], dim=2)
     for causal in (False, True):
         assert_fp32_close(
-            lsh_self_attention(shared_qk, values, repeated, 4, causal=causal, key_padding_mask=key_padding_mask),
-            lsh_self_attention(shared_qk, values, classes, 4, causal=causal, key_padding_mask=key_padding_mask),
+            SELF_FORMS[form](shared_qk, values, repeated, 4, causal=causal, key_padding_mask=key_padding_mask),
+            SELF_FORMS[form](shared_qk, values, classes, 4, causal=causal, key_padding_mask=key_padding_mask),
             op_terms(8, shared_qk.shape[2]), values.abs().max().item(), "self, a round repeated")
     queries, keys, values, query_classes, key_classes, key_padding_mask = random_cross_case(rounds=2)
     assert_fp32_close(
-        lsh_cross_attention(queries, keys, values, torch.cat([query_classes] * 2, 2), torch.cat([key_classes] * 2, 2),
-                            4, key_padding_mask=key_padding_mask),
-        lsh_cross_attention(queries, keys, values, query_classes, key_classes, 4, key_padding_mask=key_padding_mask),
+        CROSS_FORMS[form](queries, keys, values, torch.cat([query_classes] * 2, 2), torch.cat([key_classes] * 2, 2),
+                          4, key_padding_mask=key_padding_mask),
+        CROSS_FORMS[form](queries, keys, values, query_classes, key_classes, 4, key_padding_mask=key_padding_mask),
         op_terms(8, keys.shape[2]), values.abs().max().item(), "cross, rounds repeated")
 
 
@@ -209,15 +227,16 @@ def python_self_attention_sets(classes, chunk_size, causal):
     return [s or {i} for i, s in enumerate(sets)]
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("chunk_size", [2, 3, 100])
-def test_self_attention_one_hot_oracle(causal, chunk_size):
+def test_self_attention_one_hot_oracle(causal, chunk_size, form):
     time, dim = 13, 13
     classes = torch.tensor([[0, 1, 0, 2, 1, 1, 3, 0, 2, 2, 1, 0, 3],
                             [1, 1, 0, 0, 2, 3, 3, 1, 0, 2, 2, 1, 0]])
     values = torch.eye(time).view(1, 1, time, dim)  # one-hot: the output row lists the weights
-    output = lsh_self_attention(torch.zeros(1, 1, time, dim), values, classes.view(1, 1, 2, time),
-                                chunk_size, causal=causal)[0, 0]
+    output = SELF_FORMS[form](torch.zeros(1, 1, time, dim), values, classes.view(1, 1, 2, time),
+                              chunk_size, causal=causal)[0, 0]
     for i, chosen in enumerate(python_self_attention_sets(classes.tolist(), chunk_size, causal)):
         expected = torch.zeros(time)
         expected[list(chosen)] = 1.0 / len(chosen)
@@ -230,7 +249,8 @@ def test_self_attention_one_hot_oracle(causal, chunk_size):
             assert set(torch.nonzero(output[i]).flatten().tolist()) == (set(shares) or {i})
 
 
-def test_cross_attention_aligns_chunks_and_falls_back_to_the_window_average():
+@pytest.mark.parametrize("form", FORMS)
+def test_cross_attention_aligns_chunks_and_falls_back_to_the_window_average(form):
     """Hand-worked example, one round, chunks of 2 (paper 003 §3, Figure 2).
 
     Keys sorted by class: K0 = {0, 1} (class 0), K1 = {2, 3} (class 1), K2 = {4, 5} (class 2),
@@ -243,8 +263,8 @@ def test_cross_attention_aligns_chunks_and_falls_back_to_the_window_average():
     key_classes = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3]).view(1, 1, 1, 8)
     query_classes = torch.tensor([3, 0, 3]).view(1, 1, 1, 3)
     values = torch.eye(8).view(1, 1, 8, 8)
-    output = lsh_cross_attention(torch.zeros(1, 1, 3, 8), torch.zeros(1, 1, 8, 8), values,
-                                 query_classes, key_classes, chunk_size=2)[0, 0]
+    output = CROSS_FORMS[form](torch.zeros(1, 1, 3, 8), torch.zeros(1, 1, 8, 8), values,
+                               query_classes, key_classes, chunk_size=2)[0, 0]
     expected = torch.zeros(3, 8)
     expected[0, [6, 7]] = 1 / 2
     expected[1, 2:] = 1 / 6
@@ -252,22 +272,23 @@ def test_cross_attention_aligns_chunks_and_falls_back_to_the_window_average():
     assert_fp32_close(output, expected, op_terms(8, 8), 1.0, "hand-worked cross example")
 
 
-def test_cross_attention_class_absent_from_all_keys():
+@pytest.mark.parametrize("form", FORMS)
+def test_cross_attention_class_absent_from_all_keys(form):
     """Keys of classes 0 (K0, K1) and 2 (K2, K3); a query of class 1 finds the first chunk with a
     larger class (K2) and the last with a smaller one (K1): aligned = ceil(3 / 2) = K2, and with
     no key of its class it averages the window K1..K3 = keys 2..7. Padded keys 6, 7 leave K3 out."""
     key_classes = torch.tensor([0, 0, 0, 0, 2, 2, 2, 2]).view(1, 1, 1, 8)
     values = torch.eye(8).view(1, 1, 8, 8)
     zeros = torch.zeros(1, 1, 8, 8)
-    output = lsh_cross_attention(torch.zeros(1, 1, 1, 8), zeros, values, torch.ones(1, 1, 1, 1, dtype=torch.long),
-                                 key_classes, chunk_size=2)[0, 0, 0]
+    output = CROSS_FORMS[form](torch.zeros(1, 1, 1, 8), zeros, values, torch.ones(1, 1, 1, 1, dtype=torch.long),
+                               key_classes, chunk_size=2)[0, 0, 0]
     expected = torch.zeros(8)
     expected[2:] = 1 / 6
     assert_fp32_close(output, expected, op_terms(8, 8), 1.0, "class absent from the keys")
     padded = torch.zeros(1, 8, dtype=torch.bool)
     padded[0, 6:] = True
-    output = lsh_cross_attention(torch.zeros(1, 1, 1, 8), zeros, values, torch.ones(1, 1, 1, 1, dtype=torch.long),
-                                 key_classes, chunk_size=2, key_padding_mask=padded)[0, 0, 0]
+    output = CROSS_FORMS[form](torch.zeros(1, 1, 1, 8), zeros, values, torch.ones(1, 1, 1, 1, dtype=torch.long),
+                               key_classes, chunk_size=2, key_padding_mask=padded)[0, 0, 0]
     expected = torch.zeros(8)
     expected[2:6] = 1 / 4  # last real chunk is K2 now: j1 = K2, j2 = K1, aligned K2, window K1, K2
     assert_fp32_close(output, expected, op_terms(8, 8), 1.0, "class absent, padded keys")
@@ -276,11 +297,12 @@ def test_cross_attention_class_absent_from_all_keys():
 # ---- causality -------------------------------------------------------------------------------
 
 
-def test_causal_outputs_do_not_depend_on_later_positions():
+@pytest.mark.parametrize("form", FORMS)
+def test_causal_outputs_do_not_depend_on_later_positions(form):
     shared_qk, values, classes, _ = random_case(batch=1, padding=0)
     for t in (0, 5, 11, 22):
         inputs = [shared_qk.clone().requires_grad_(), values.clone().requires_grad_()]
-        output = lsh_self_attention(*inputs, classes, chunk_size=4, causal=True)
+        output = SELF_FORMS[form](*inputs, classes, chunk_size=4, causal=True)
         # a random projection of the output (see conftest.probe_like)
         probe = torch.randn(output[:, :, t].shape, generator=torch.Generator().manual_seed(t))
         (output[:, :, t] * probe).sum().backward()
@@ -324,6 +346,49 @@ def test_memory_kept_for_backward_does_not_grow_with_length_at_a_fixed_token_bud
     else:
         assert sizes[320] <= 1.02 * sizes[40]
 
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 4])
+@pytest.mark.parametrize("op", ["self", "causal", "cross"])
+def test_dense_form_where_chosen_costs_no_more_memory_than_the_windows(op, rounds):
+    """At the longest length the ops compute densely (all pairs = the rounds' windows), the dense
+    form keeps no more for the backward pass than the windowed one."""
+    chunk = 4
+    window = (2 if op == "causal" else 3) * chunk
+    time = rounds * window
+    assert dense_is_cheaper(time, rounds, window) and not dense_is_cheaper(time + chunk, rounds, window)
+    x, values, _, _ = random_case(batch=8, heads=2, time=time, dim=16, rounds=rounds, padding=0)
+    classes = torch.randint(0, 4, (8, 2, rounds, time), generator=torch.Generator().manual_seed(0))
+    kept = {}
+    for form in FORMS:
+        if op == "cross":
+            function = lambda q, v: CROSS_FORMS[form](q, q, v, classes, classes.flip(-1), chunk)  # noqa: E731
+        else:
+            function = lambda q, v: SELF_FORMS[form](q, v, classes, chunk, causal=op == "causal")  # noqa: E731
+        kept[form] = kept_for_backward(function, x, values)
+    assert kept["dense"] <= kept["windowed"]
+
+
+@pytest.mark.parametrize("op", ["self", "causal", "cross"])
+def test_each_op_computes_densely_exactly_where_that_is_cheaper(op, monkeypatch):
+    from rfa_doc_mt.modules.lsh_attention import training
+
+    called = []
+    for name in ("dense_lsh_self_attention", "windowed_lsh_self_attention", "dense_lsh_cross_attention",
+                 "windowed_lsh_cross_attention"):
+        original = getattr(training, name)
+        monkeypatch.setattr(training, name, lambda *a, _f=original, _n=name, **k: called.append(_n) or _f(*a, **k))
+    chunk, rounds = 4, 2
+    window = (2 if op == "causal" else 3) * chunk  # keys a query sees per round
+    for time, dense in ((rounds * window, True), (rounds * window - 1, True), (rounds * window + 1, False)):
+        x, values, classes, _ = random_case(batch=1, time=time, rounds=rounds, padding=0)
+        called.clear()
+        if op == "cross":
+            lsh_cross_attention(x, x, values, classes, classes, chunk)
+        else:
+            lsh_self_attention(x, values, classes, chunk, causal=op == "causal")
+        kind = "cross" if op == "cross" else "self"
+        assert called == [f"{'dense' if dense else 'windowed'}_lsh_{kind}_attention"], (time, called)
 
 # ---- modules: shuffle, incremental decoding, beam search -------------------------------------
 
@@ -421,20 +486,21 @@ def test_beam_reordering_continues_the_selected_hypotheses():
                       name="cross after reorder")
 
 
-def test_attention_dropout_only_in_training():
+@pytest.mark.parametrize("form", FORMS)
+def test_attention_dropout_only_in_training(form):
     shared_qk, values, classes, key_padding_mask = random_case()
     queries, keys, cross_values, query_classes, key_classes, key_mask = random_cross_case()
-    forms = [
-        lambda **kw: lsh_self_attention(shared_qk, values, classes, 4, causal=True,
-                                        key_padding_mask=key_padding_mask, **kw),
-        lambda **kw: lsh_cross_attention(queries, keys, cross_values, query_classes, key_classes, 4,
-                                         key_padding_mask=key_mask, **kw),
+    ops = [
+        lambda **kw: SELF_FORMS[form](shared_qk, values, classes, 4, causal=True,
+                                      key_padding_mask=key_padding_mask, **kw),
+        lambda **kw: CROSS_FORMS[form](queries, keys, cross_values, query_classes, key_classes, 4,
+                                       key_padding_mask=key_mask, **kw),
     ]
-    for form in forms:
-        assert torch.equal(form(dropout_p=0.5, training=False), form())  # evaluation skips dropout
+    for op in ops:
+        assert torch.equal(op(dropout_p=0.5, training=False), op())  # evaluation skips dropout
         torch.manual_seed(0)
-        first = form(dropout_p=0.5, training=True)
-        assert torch.isfinite(first).all() and not torch.allclose(first, form(dropout_p=0.5, training=True))
+        first = op(dropout_p=0.5, training=True)
+        assert torch.isfinite(first).all() and not torch.allclose(first, op(dropout_p=0.5, training=True))
 
 
 def test_low_precision_inputs_use_fp32_math():

@@ -451,3 +451,23 @@ def test_train_sh_validates_on_contrastive_sets_and_names_a_missing_subset(corpu
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
     assert f"no contrastive sets {corpus}/valid_dev_consistency/consistency.json" in missing.stderr
     assert not (tmp_path / "no").exists()
+
+
+def test_reproduction_runs_validate_at_the_same_updates_whatever_their_epochs(corpus, tmp_path):
+    """The embedded reproduction's training arguments validate (and offer a checkpoint) at every
+    ``budget / 16`` updates and at the last one, never at an epoch's end: epochs of windows of L
+    sentences differ in length between systems. Here an epoch is a few updates, shorter than
+    the interval, so epoch-end validations would show between the interval's."""
+    from rfa_doc_mt.reproduce.experiments import embedded_train_args, validation_interval
+    from rfa_doc_mt.reproduce.papers import System
+
+    budget = 70
+    interval = validation_interval(budget)
+    args = embedded_train_args(System("transformer", "configs/demo/transformer_L1.sh"), budget)
+    base = COMMON[:-4]  # without its own intervals
+    assert "--save-interval-updates" not in base and "--validate-interval-updates" not in base
+    lines = train([corpus, *base, "--max-tokens", "1024", "--save-dir", str(tmp_path), *args])
+    epochs = {int(match) for line in lines for match in re.findall(r"end of epoch (\d+)", line)}
+    assert len(epochs) > budget // interval  # more epoch ends than validations: they would show
+    expected = set(range(interval, budget + 1, interval)) | {budget}
+    assert set(validations(lines, "valid")) == expected

@@ -143,6 +143,10 @@ def systems_to_train(rows) -> List[System]:
     return systems
 
 
+# an epoch interval no run reaches: validations and saves at the update intervals only
+NO_EPOCH_END = 1_000_000
+
+
 def validation_interval(budget: int) -> int:
     return max(1, budget // VALIDATIONS_PER_RUN)
 
@@ -151,8 +155,13 @@ def embedded_train_args(system: System, budget: int) -> List[str]:
     """fairseq-train arguments that give a system its share of the budget, validated (and
     offered as checkpoint_best.pt) at the same updates as every other system."""
     interval = validation_interval(budget)
+    # fairseq also validates and saves at every epoch's end (--validate-interval / --save-interval,
+    # in epochs, default 1): epochs of windows of L sentences differ in length between systems, so
+    # that would offer each system other checkpoints to pick from. Epoch ends are switched off.
+    never = str(NO_EPOCH_END)
     return ["--max-update", str(system.updates(budget)), "--validate-interval-updates", str(interval),
-            "--save-interval-updates", str(interval), "--keep-interval-updates", "1"]
+            "--save-interval-updates", str(interval), "--keep-interval-updates", "1",
+            "--validate-interval", never, "--save-interval", never]
 
 
 def budget_note(args, results: dict) -> str:

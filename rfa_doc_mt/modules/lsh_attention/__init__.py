@@ -16,7 +16,10 @@ Each mechanism comes in three forms (DESIGN.md, "three forms, one truth"), one m
   quadratic full attention restricted to the key sets ``P_i`` that the paper defines;
 * :mod:`.training`: :func:`lsh_self_attention`, :func:`lsh_cross_attention` (the same arguments),
   sort by hash class, cut into fixed-size chunks, attend within a chunk and its neighbours,
-  O(T * chunk) memory;
+  O(T * chunk) memory (``windowed_*``); on sequences so short that all pairs are no more than
+  the rounds' windows (``T <= rounds * window``, e.g. one sentence in chunks of 8 with 4
+  rounds) the same key sets are applied to all pairs at once (``dense_*``): less arithmetic, no
+  per-round sorting and gathering, and no more memory; the ops choose by size alone;
 * :mod:`.layers`: the modules :class:`LSHSelfAttention` and :class:`LSHCrossAttention`, whose
   ``incremental_state`` path is the incremental form, one target position at a time;
 
@@ -30,7 +33,7 @@ once by subtracting ``log(count)`` from its logit in every round that sees it (a
 al.'s multi-round LSH attention does). Tensors are ``[batch, heads, time, dim]`` and hash
 classes ``[batch, heads, rounds, time]`` unless a docstring says otherwise.
 
-Memory: the training forms keep for the backward pass only the unsorted inputs, integer
+Memory: the windowed training forms keep for the backward pass only the unsorted inputs, integer
 indices and the per-round attention weights (``rounds * time * window`` floats); the sorted,
 windowed copies of queries, keys and values (2-3 chunks of keys per chunk of queries) are
 rebuilt in the backward pass (:class:`_WindowScores`, :class:`_WindowWeightedSum`). At a fixed

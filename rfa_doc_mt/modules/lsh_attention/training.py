@@ -194,6 +194,34 @@ def lsh_self_attention(
 ) -> Tensor:
     """LSH self-attention with shared queries/keys, training form (paper 003 §3; Kitaev et al. 2020).
 
+    Computed in windows (:func:`windowed_lsh_self_attention`), or, when the sequence is so short
+    that all its pairs are no more than the rounds' windows (:func:`dense_is_cheaper`), over all
+    pairs at once (:func:`dense_lsh_self_attention`): the same attention, chosen by size alone.
+    Arguments and result as :func:`windowed_lsh_self_attention`.
+    """
+    padded_time = shared_qk.shape[2] + (-shared_qk.shape[2] % chunk_size)
+    window = (2 if causal else 3) * chunk_size
+    form = dense_lsh_self_attention if dense_is_cheaper(padded_time, classes.shape[2], window) \
+        else windowed_lsh_self_attention
+    return form(shared_qk, values, classes, chunk_size, causal=causal, key_padding_mask=key_padding_mask,
+                dropout_p=dropout_p, training=training)
+
+
+def dense_is_cheaper(key_time: int, rounds: int, window: int) -> bool:
+    """Whether all (query, key) pairs are no more than the rounds' windows hold: then the dense
+    form costs no more arithmetic and keeps no more for the backward pass than the windowed one
+    (and saves its sorting and gathering per round). ``key_time`` padded to whole chunks;
+    ``window``: keys per query per round."""
+    return key_time <= rounds * window
+
+
+@fp32_math
+def windowed_lsh_self_attention(
+    shared_qk: Tensor, values: Tensor, classes: Tensor, chunk_size: int, *, causal: bool,
+    key_padding_mask: Optional[Tensor] = None, dropout_p: float = 0.0, training: bool = False,
+) -> Tensor:
+    """LSH self-attention with shared queries/keys, in windows (paper 003 §3; Kitaev et al. 2020).
+
     Each round sorts the positions by (hash class, position), cuts the sorted sequence into
     chunks of ``chunk_size``, and lets every query attend to the keys of its own class in its
     chunk and the chunks before and after (only the one before, and only earlier positions, when
@@ -259,6 +287,47 @@ def lsh_self_attention(
     return combined.to(values.dtype)
 
 
+@fp32_math
+def dense_lsh_self_attention(
+    shared_qk: Tensor, values: Tensor, classes: Tensor, chunk_size: int, *, causal: bool,
+    key_padding_mask: Optional[Tensor] = None, dropout_p: float = 0.0, training: bool = False,
+) -> Tensor:
+    """The attention of :func:`windowed_lsh_self_attention` over all pairs at once.
+
+    Every round sorts and chunks the positions as the windowed form does; a key is offered to a
+    query when in some round it has the query's class and its chunk is in the query's window.
+    One softmax over the offered keys is what the windowed form's rounds combine to (their
+    duplicate counts make a key offered twice count once). O(time²) memory: used where that is
+    no more than the windows' (:func:`dense_is_cheaper`). Attention dropout falls once on each
+    (query, key) weight, where the windowed form drops each round's copy of it.
+    Arguments and result as :func:`windowed_lsh_self_attention`.
+    """
+    batch, heads, time, dim = shared_qk.shape
+    padded_time = time + (-time % chunk_size)
+    device = shared_qk.device
+    is_pad = _padding_after(key_padding_mask, batch, time, padded_time, device)
+    classes = _pad_time(classes, chunk_size, dim=3).masked_fill(is_pad[:, None, None, :], PAD_CLASS)
+    _, slot = _sort_by_class(classes, torch.arange(padded_time, device=device).expand_as(classes))
+    chunk_of, classes = (slot // chunk_size)[..., :time], classes[..., :time]  # [b, h, R, T]
+    distance = chunk_of.unsqueeze(-2) - chunk_of.unsqueeze(-1)  # key chunk - query chunk
+    offered = (classes.unsqueeze(-1) == classes.unsqueeze(-2)) & (distance >= -1) & (distance <= (0 if causal else 1))
+    positions = torch.arange(time, device=device)
+    allowed = offered.any(2) & (positions.unsqueeze(-1) != positions) & ~is_pad[:, None, None, :time]
+    if causal:
+        allowed &= positions.unsqueeze(-1) > positions
+
+    # unit-length keys (Kitaev et al. 2020, shared-QK attention) as a per-key scale of the dot
+    # products, which _WindowScores keeps instead of a normalised copy of the keys
+    rows = _heads_as_groups(shared_qk)
+    inverse_norms = 1.0 / (rows.norm(dim=-1).clamp_min(1e-12) * math.sqrt(dim))
+    every = torch.arange(time, device=device).expand(batch * heads, 1, 1, time)
+    scores = _WindowScores.apply(rows, every, rows, every, inverse_norms.view(batch * heads, 1, 1, time))
+    weights, _, has_key = _MaskedSoftmax.apply(scores.view(batch, heads, time, time), allowed)
+    own_values = values.float()
+    combined = _dropout(weights, dropout_p, training) @ own_values
+    return torch.where(has_key.unsqueeze(-1), combined, own_values).to(values.dtype)  # itself as fallback
+
+
 def _duplicate_counts(classes, chunk_of, query_positions, key_positions, offsets):
     """In how many rounds each (query, window key) pair meets: same class and key chunk within
     ``offsets`` of the query's chunk. Subtracting ``log(count)`` from a pair's logit in every round
@@ -281,6 +350,62 @@ def _duplicate_counts(classes, chunk_of, query_positions, key_positions, offsets
     return counts.clamp_min(1.0)
 
 
+class _CrossSorting:
+    """What both forms of LSH cross-attention sort and align, every round: keys and queries padded
+    to whole chunks (padding in ``PAD_CLASS``), sorted by (class, position or random rank), and
+    every query chunk's aligned key chunk (paper 003 §3: the middle of the first key chunk holding
+    the chunk's smallest class and the last key chunk holding its largest).
+
+    key_sort / key_slot: [b, h, R, Tk'] (sorted slot -> position, position -> slot); key_classes,
+    sorted_key_classes: [b, h, R, Tk']; last_real_chunk: [b, 1, 1, 1]; query_sort, query_slot,
+    query_classes: [b, h, R, Tq']; sorted_query_classes: [b * h, R, query chunks, query chunk];
+    aligned: [b, h, R, query chunks]."""
+
+    def __init__(self, query_classes, key_classes, chunk_size, query_chunk_size, key_padding_mask,
+                 query_order, key_order):
+        batch, heads, rounds, query_time = query_classes.shape
+        key_time = key_classes.shape[3]
+        padded_query_time = query_time + (-query_time % query_chunk_size)
+        padded_key_time = key_time + (-key_time % chunk_size)
+        query_chunks = padded_query_time // query_chunk_size
+        device = query_classes.device
+
+        # keys: pad to whole chunks, sort
+        key_is_pad = _padding_after(key_padding_mask, batch, key_time, padded_key_time, device)
+        self.key_classes = _pad_time(key_classes, chunk_size, dim=3).masked_fill(
+            key_is_pad[:, None, None, :], PAD_CLASS)
+        key_positions = torch.arange(padded_key_time, device=device).expand_as(self.key_classes)
+        key_secondary = key_positions if key_order is None else \
+            _pad_time(key_order, chunk_size, dim=3, value=padded_key_time)
+        self.key_sort, self.key_slot = _sort_by_class(self.key_classes, key_secondary)
+        self.sorted_key_classes = self.key_classes.gather(-1, self.key_sort)
+        real_keys = (~key_is_pad).sum(-1).view(batch, 1, 1, 1)
+        self.last_real_chunk = ((real_keys - 1).clamp_min(0)) // chunk_size
+
+        # queries: same, with the class range of every query chunk
+        query_is_pad = _padding_after(None, batch, query_time, padded_query_time, device)
+        self.query_classes = _pad_time(query_classes, query_chunk_size, dim=3).masked_fill(
+            query_is_pad[:, None, None, :], PAD_CLASS)
+        query_positions = torch.arange(padded_query_time, device=device).expand_as(self.query_classes)
+        query_secondary = query_positions if query_order is None else \
+            _pad_time(query_order, query_chunk_size, dim=3, value=padded_query_time)
+        self.query_sort, self.query_slot = _sort_by_class(self.query_classes, query_secondary)
+        self.sorted_query_classes = self.query_classes.gather(-1, self.query_sort).view(
+            batch * heads, rounds, query_chunks, query_chunk_size)
+        is_real = self.sorted_query_classes != PAD_CLASS
+        h_min = self.sorted_query_classes.masked_fill(~is_real, PAD_CLASS).amin(-1).view(
+            batch, heads, rounds, query_chunks)
+        h_max = self.sorted_query_classes.masked_fill(~is_real, -1).amax(-1).view(batch, heads, rounds, query_chunks)
+
+        # alignment: middle of the first key chunk holding h_min and the last holding h_max
+        first = torch.searchsorted(self.sorted_key_classes, h_min, right=False) // chunk_size
+        last = (torch.searchsorted(self.sorted_key_classes, h_max, right=True) - 1).div(
+            chunk_size, rounding_mode="floor")
+        first = torch.minimum(first, self.last_real_chunk)
+        last = torch.minimum(last.clamp_min(0), self.last_real_chunk)
+        self.aligned = (first + last + 1) // 2
+
+
 @fp32_math
 def lsh_cross_attention(
     queries: Tensor, keys: Tensor, values: Tensor, query_classes: Tensor, key_classes: Tensor,
@@ -289,6 +414,28 @@ def lsh_cross_attention(
     dropout_p: float = 0.0, training: bool = False,
 ) -> Tensor:
     """LSH cross-attention, training form (paper 003 §3, the paper's own extension; Figure 2).
+
+    Computed in windows (:func:`windowed_lsh_cross_attention`), or, when the source is so short
+    that all its keys are no more than the rounds' windows (:func:`dense_is_cheaper`), over all
+    pairs at once (:func:`dense_lsh_cross_attention`): the same attention, chosen by size alone.
+    Arguments and result as :func:`windowed_lsh_cross_attention`.
+    """
+    padded_key_time = keys.shape[2] + (-keys.shape[2] % chunk_size)
+    form = dense_lsh_cross_attention if dense_is_cheaper(padded_key_time, query_classes.shape[2], 3 * chunk_size) \
+        else windowed_lsh_cross_attention
+    return form(queries, keys, values, query_classes, key_classes, chunk_size, query_chunk_size=query_chunk_size,
+                key_padding_mask=key_padding_mask, query_order=query_order, key_order=key_order,
+                dropout_p=dropout_p, training=training)
+
+
+@fp32_math
+def windowed_lsh_cross_attention(
+    queries: Tensor, keys: Tensor, values: Tensor, query_classes: Tensor, key_classes: Tensor,
+    chunk_size: int, *, query_chunk_size: Optional[int] = None, key_padding_mask: Optional[Tensor] = None,
+    query_order: Optional[Tensor] = None, key_order: Optional[Tensor] = None,
+    dropout_p: float = 0.0, training: bool = False,
+) -> Tensor:
+    """LSH cross-attention in windows (paper 003 §3, the paper's own extension; Figure 2).
 
     Queries and keys are hashed and sorted separately (by class, then position, or then the
     random ranks ``query_order`` / ``key_order`` that the module draws in training), cut into
@@ -312,36 +459,12 @@ def lsh_cross_attention(
     query_chunks, key_chunks = padded_query_time // query_chunk_size, padded_key_time // chunk_size
     device = queries.device
 
-    # keys: pad to whole chunks, sort
-    key_is_pad = _padding_after(key_padding_mask, batch, key_time, padded_key_time, device)
-    key_classes = _pad_time(key_classes, chunk_size, dim=3).masked_fill(key_is_pad[:, None, None, :], PAD_CLASS)
-    key_positions = torch.arange(padded_key_time, device=device).expand_as(key_classes)
-    key_secondary = key_positions if key_order is None else \
-        _pad_time(key_order, chunk_size, dim=3, value=padded_key_time)
-    key_sort, key_slot = _sort_by_class(key_classes, key_secondary)
-    sorted_key_classes = key_classes.gather(-1, key_sort)
-    real_keys = (~key_is_pad).sum(-1).view(batch, 1, 1, 1)
-    last_real_chunk = ((real_keys - 1).clamp_min(0)) // chunk_size
-
-    # queries: same, with the class range of every query chunk
-    query_is_pad = _padding_after(None, batch, query_time, padded_query_time, device)
-    query_classes = _pad_time(query_classes, query_chunk_size, dim=3).masked_fill(
-        query_is_pad[:, None, None, :], PAD_CLASS)
-    query_positions = torch.arange(padded_query_time, device=device).expand_as(query_classes)
-    query_secondary = query_positions if query_order is None else \
-        _pad_time(query_order, query_chunk_size, dim=3, value=padded_query_time)
-    query_sort, query_slot = _sort_by_class(query_classes, query_secondary)
-    sorted_query_classes = query_classes.gather(-1, query_sort).view(groups, rounds, query_chunks, query_chunk_size)
-    is_real = sorted_query_classes != PAD_CLASS
-    h_min = sorted_query_classes.masked_fill(~is_real, PAD_CLASS).amin(-1).view(batch, heads, rounds, query_chunks)
-    h_max = sorted_query_classes.masked_fill(~is_real, -1).amax(-1).view(batch, heads, rounds, query_chunks)
-
-    # alignment (paper 003 §3): middle of the first key chunk holding h_min and the last holding h_max
-    first = torch.searchsorted(sorted_key_classes, h_min, right=False) // chunk_size
-    last = (torch.searchsorted(sorted_key_classes, h_max, right=True) - 1).div(chunk_size, rounding_mode="floor")
-    first = torch.minimum(first, last_real_chunk)
-    last = torch.minimum(last.clamp_min(0), last_real_chunk)
-    aligned = (first + last + 1) // 2  # [b, h, R, query_chunks]
+    sorting = _CrossSorting(query_classes, key_classes, chunk_size, query_chunk_size, key_padding_mask,
+                            query_order, key_order)
+    key_sort, key_slot, key_classes = sorting.key_sort, sorting.key_slot, sorting.key_classes
+    sorted_key_classes, last_real_chunk = sorting.sorted_key_classes, sorting.last_real_chunk
+    query_sort, query_slot, query_classes = sorting.query_sort, sorting.query_slot, sorting.query_classes
+    sorted_query_classes, aligned = sorting.sorted_query_classes, sorting.aligned
     window_chunks = aligned.unsqueeze(-1) + torch.tensor([-1, 0, 1], device=device)  # [b, h, R, qc, 3]
     window_slots, window_is_real = _window_slots(
         window_chunks, (window_chunks >= 0) & (window_chunks <= last_real_chunk.unsqueeze(-1)), chunk_size, key_chunks)
@@ -388,6 +511,43 @@ def lsh_cross_attention(
     window_average = fallback_sum / fallback_total.clamp_min(1e-30).unsqueeze(-1)
     combined = torch.where(any_key.unsqueeze(-1), combined, window_average)
     return combined[:, :, :query_time].to(values.dtype)
+
+
+@fp32_math
+def dense_lsh_cross_attention(
+    queries: Tensor, keys: Tensor, values: Tensor, query_classes: Tensor, key_classes: Tensor,
+    chunk_size: int, *, query_chunk_size: Optional[int] = None, key_padding_mask: Optional[Tensor] = None,
+    query_order: Optional[Tensor] = None, key_order: Optional[Tensor] = None,
+    dropout_p: float = 0.0, training: bool = False,
+) -> Tensor:
+    """The attention of :func:`windowed_lsh_cross_attention` over all pairs at once.
+
+    Every round sorts, chunks and aligns as the windowed form does (:class:`_CrossSorting`); a
+    key is offered to a query when in some round it is in the query's window (its chunk within
+    one of the aligned chunk) and has the query's class, and is in the union of its windows when
+    it is in some round's window. One softmax over the offered keys, or else the average of the
+    union, is what the windowed form's rounds combine to. O(Tq * Tk) memory: used where that is
+    no more than the windows' (:func:`dense_is_cheaper`); attention dropout falls once on each
+    (query, key) weight. Arguments and result as :func:`windowed_lsh_cross_attention`.
+    """
+    query_chunk_size = query_chunk_size or chunk_size
+    query_time, key_time, dim = queries.shape[2], keys.shape[2], queries.shape[3]
+    sorting = _CrossSorting(query_classes, key_classes, chunk_size, query_chunk_size, key_padding_mask,
+                            query_order, key_order)
+    aligned = sorting.aligned.gather(-1, sorting.query_slot // query_chunk_size)[..., :query_time]  # [b, h, R, Tq]
+    key_chunk = (sorting.key_slot // chunk_size)[..., :key_time]
+    key_classes, query_classes = sorting.key_classes[..., :key_time], sorting.query_classes[..., :query_time]
+    in_window = ((key_chunk.unsqueeze(-2) - aligned.unsqueeze(-1)).abs() <= 1) & \
+        (key_classes != PAD_CLASS).unsqueeze(-2)  # [b, h, R, Tq, Tk]
+    allowed = (in_window & (query_classes.unsqueeze(-1) == key_classes.unsqueeze(-2))).any(2)
+    in_window = in_window.any(2)
+
+    scores = queries.float() @ keys.float().transpose(-1, -2) / math.sqrt(dim)
+    weights, _, has_key = _MaskedSoftmax.apply(scores, allowed)
+    key_values = values.float()
+    combined = _dropout(weights, dropout_p, training) @ key_values
+    window_average = (in_window.float() @ key_values) / in_window.sum(-1, keepdim=True).clamp_min(1)
+    return torch.where(has_key.unsqueeze(-1), combined, window_average).to(values.dtype)
 
 
 def _cross_duplicate_counts(query_classes, aligned_of_query, key_classes, key_chunk_of, query_positions, key_positions):
