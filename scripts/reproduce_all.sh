@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every reproduce_*.sh experiment on the embedded corpus, each system trained once, the
-# benchmarks last (alone on the machine); within an hour on a 2-core CPU. Progress on stderr.
+# benchmarks last (alone on the machine); 93 minutes on a 2-core AMD EPYC (README), longer on
+# slower machines: `python -m rfa_doc_mt.bench.update_cost` estimates it first. Progress on stderr.
 # usage: scripts/reproduce_all.sh [--out DIR] [--jobs N] [--smoke] [--corpus NAME --data DIR] (--help for more)
 # Prints its table(s) and writes OUT/<experiment>.md, .json (and .png); re-running resumes.
 set -euo pipefail
