@@ -26,6 +26,17 @@ def _padding_after(key_padding_mask: Optional[Tensor], batch: int, time: int, pa
     return _pad_time(mask, padded_time, dim=1, value=True) if padded_time > time else mask
 
 
+def _pad_and_sort(classes, order, chunk_size, is_pad):
+    """Classes [b, h, R, T] padded to whole chunks (padding, ``is_pad`` [b, T'], in ``PAD_CLASS``)
+    and their sort by (class, position, or ``order``'s rank where given): (padded classes, sorted
+    slot -> position, position -> slot)."""
+    padded_time = is_pad.shape[-1]
+    classes = _pad_time(classes, chunk_size, dim=3).masked_fill(is_pad[:, None, None, :], PAD_CLASS)
+    secondary = torch.arange(padded_time, device=classes.device).expand_as(classes) if order is None else \
+        _pad_time(order, chunk_size, dim=3, value=padded_time)
+    return (classes, *_sort_by_class(classes, secondary))
+
+
 def _gather_along_time(source: Tensor, index: Tensor) -> Tensor:
     """source [*lead, T], index [*lead, *more, S] -> [*lead, *more, S]."""
     view = source.view(*source.shape[:-1], *([1] * (index.dim() - source.dim())), source.shape[-1])
@@ -239,8 +250,7 @@ def windowed_lsh_self_attention(
     chunks = padded_time // chunk_size
     device = shared_qk.device
     is_pad = _padding_after(key_padding_mask, batch, time, padded_time, device)
-    classes = _pad_time(classes, chunk_size, dim=3).masked_fill(is_pad[:, None, None, :], PAD_CLASS)
-    order, slot = _sort_by_class(classes, torch.arange(padded_time, device=device).expand_as(classes))
+    classes, order, slot = _pad_and_sort(classes, None, chunk_size, is_pad)
     offsets = (-1, 0) if causal else (-1, 0, 1)
 
     neighbours = torch.arange(chunks, device=device).unsqueeze(-1) + torch.tensor(offsets, device=device)
@@ -306,8 +316,7 @@ def dense_lsh_self_attention(
     padded_time = time + (-time % chunk_size)
     device = shared_qk.device
     is_pad = _padding_after(key_padding_mask, batch, time, padded_time, device)
-    classes = _pad_time(classes, chunk_size, dim=3).masked_fill(is_pad[:, None, None, :], PAD_CLASS)
-    _, slot = _sort_by_class(classes, torch.arange(padded_time, device=device).expand_as(classes))
+    classes, _, slot = _pad_and_sort(classes, None, chunk_size, is_pad)
     chunk_of, classes = (slot // chunk_size)[..., :time], classes[..., :time]  # [b, h, R, T]
     distance = chunk_of.unsqueeze(-2) - chunk_of.unsqueeze(-1)  # key chunk - query chunk
     offered = (classes.unsqueeze(-1) == classes.unsqueeze(-2)) & (distance >= -1) & (distance <= (0 if causal else 1))
@@ -372,24 +381,15 @@ class _CrossSorting:
 
         # keys: pad to whole chunks, sort
         key_is_pad = _padding_after(key_padding_mask, batch, key_time, padded_key_time, device)
-        self.key_classes = _pad_time(key_classes, chunk_size, dim=3).masked_fill(
-            key_is_pad[:, None, None, :], PAD_CLASS)
-        key_positions = torch.arange(padded_key_time, device=device).expand_as(self.key_classes)
-        key_secondary = key_positions if key_order is None else \
-            _pad_time(key_order, chunk_size, dim=3, value=padded_key_time)
-        self.key_sort, self.key_slot = _sort_by_class(self.key_classes, key_secondary)
+        self.key_classes, self.key_sort, self.key_slot = _pad_and_sort(key_classes, key_order, chunk_size, key_is_pad)
         self.sorted_key_classes = self.key_classes.gather(-1, self.key_sort)
         real_keys = (~key_is_pad).sum(-1).view(batch, 1, 1, 1)
         self.last_real_chunk = ((real_keys - 1).clamp_min(0)) // chunk_size
 
         # queries: same, with the class range of every query chunk
         query_is_pad = _padding_after(None, batch, query_time, padded_query_time, device)
-        self.query_classes = _pad_time(query_classes, query_chunk_size, dim=3).masked_fill(
-            query_is_pad[:, None, None, :], PAD_CLASS)
-        query_positions = torch.arange(padded_query_time, device=device).expand_as(self.query_classes)
-        query_secondary = query_positions if query_order is None else \
-            _pad_time(query_order, query_chunk_size, dim=3, value=padded_query_time)
-        self.query_sort, self.query_slot = _sort_by_class(self.query_classes, query_secondary)
+        self.query_classes, self.query_sort, self.query_slot = _pad_and_sort(
+            query_classes, query_order, query_chunk_size, query_is_pad)
         self.sorted_query_classes = self.query_classes.gather(-1, self.query_sort).view(
             batch * heads, rounds, query_chunks, query_chunk_size)
         is_real = self.sorted_query_classes != PAD_CLASS
