@@ -58,3 +58,46 @@ def test_training_speed_measures_a_step_of_the_batch_it_asks_for(capsys):
     assert len(figures["step_seconds"]) == 2
     assert figures["seconds_per_step"] == pytest.approx(sum(figures["step_seconds"]) / 2)  # the median of two
     assert figures["tokens_per_second"] == pytest.approx(64 / figures["seconds_per_step"])
+
+
+def test_ceiling_projects_like_an_attention_and_attends_to_nothing():
+    """The decode benchmark's ceiling: at every step each decoder attention projects the token
+    (q, k, v for self-attention, q for cross-attention) and returns an output projection; the
+    source is projected to keys and values once per sentence, one copy per beam group, as any
+    cross attention with these projections does."""
+    import torch
+    from conftest import build_model
+
+    import rfa_doc_mt  # noqa: F401  (registers the models)
+    from rfa_doc_mt.bench.decode_speed import Timer, forced_length_beam_search, remove_decoder_attention
+    from rfa_doc_mt.models.build import dictionary_task, toy_dictionary
+
+    dictionary, separator = toy_dictionary(20)
+    options = ["--encoder-layers", "1", "--decoder-layers", "2", "--dropout", "0"]
+    model = remove_decoder_attention(build_model("doc_transformer_tiny", dictionary_task(dictionary, separator),
+                                                 *options))
+    calls = {}
+
+    def count(name):
+        def hook(module, inputs, output):
+            calls.setdefault(name, []).append(inputs[0].shape)
+        return hook
+
+    for index, layer in enumerate(model.decoder.layers):
+        for role in ("self_attn", "encoder_attn"):
+            for projection in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                getattr(getattr(layer, role), projection).register_forward_hook(count(f"{index}.{role}.{projection}"))
+    generator = torch.Generator().manual_seed(3)
+    sentences, beam, length = 3, 4, 5
+    src = torch.randint(4, 24, (sentences, 7), generator=generator)
+    sample = {"net_input": {"src_tokens": src, "src_lengths": torch.full((sentences,), 7)},
+              "target": torch.randint(4, 24, (sentences, length), generator=generator)}
+    best = forced_length_beam_search(model, sample, beam, dictionary.pad(), dictionary.eos(), Timer("cpu"))
+    assert best.shape == (sentences, length) and best[:, -1].eq(dictionary.eos()).all()
+    for index in range(2):
+        for projection in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            assert len(calls[f"{index}.self_attn.{projection}"]) == length  # every step
+        assert len(calls[f"{index}.encoder_attn.q_proj"]) == len(calls[f"{index}.encoder_attn.out_proj"]) == length
+        # the source once per sentence: [source, sentences, dim], not once per beam or per step
+        for projection in ("k_proj", "v_proj"):
+            assert [tuple(shape[:2]) for shape in calls[f"{index}.encoder_attn.{projection}"]] == [(7, sentences)]

@@ -35,6 +35,15 @@ from rfa_doc_mt.modules.random_feature_attention import (
     sentence_gates,
     split_state,
 )
+from rfa_doc_mt.modules.random_feature_attention import layers as rfa_layers
+from rfa_doc_mt.modules.random_feature_attention.features import DecodingFeatureMap, feature_map_function, unit_vectors
+from rfa_doc_mt.modules.random_feature_attention.state import (
+    column_major_state,
+    is_column_major,
+    select_rows,
+    state_readout,
+)
+from rfa_doc_mt.modules.random_feature_attention.training import keys_readout
 from rfa_doc_mt.modules.sentences import sentence_ids, sentence_starts
 
 PAD, EOS, SEP = 1, 2, 3
@@ -153,6 +162,56 @@ def test_fourier_features_and_their_gradients_follow_the_formula():
         # angles, head_dim (x) or projections x time x batch (τ) more, each of the angle's size
         terms = 2 * projections + (head_dim if name == "x" else projections * x.numel() // head_dim)
         assert_fp32_close(got, want, terms, angle_size * weights.abs().max().item(), f"gradient of {name}")
+
+
+@pytest.mark.parametrize("name", ["fourier", "positive"])
+def test_decoding_feature_map_equals_the_training_form(name):
+    """Decoding's feature map (unit vectors laid out head-major, one batched product over heads,
+    DecodingFeatureMap) against the training form, for values and gradients, with learned τ."""
+    generator = torch.Generator().manual_seed(4)
+    heads, head_dim, projections, batch, time = 2, 8, 16, 3, 5
+    matrix = orthogonal_random_matrices(generator, 1, heads, projections, head_dim)[0]
+    tau = torch.tensor([0.6, 1.4])
+    x = (2 * torch.randn(batch, heads, time, head_dim, generator=generator)).requires_grad_()
+    training = feature_map_function(name)(x, matrix, tau)
+    feature_map = DecodingFeatureMap.build(name, matrix, tau)
+    units = unit_vectors(x.permute(1, 0, 2, 3)).view(heads, -1, head_dim)
+    decoding = feature_map(units).view(heads, batch, time, -1).transpose(0, 1)
+    with torch.no_grad():  # the in-place form decoding runs
+        in_place = feature_map(unit_vectors(x.permute(1, 0, 2, 3)).view(heads, -1, head_dim))
+    assert torch.equal(in_place.view(heads, batch, time, -1).transpose(0, 1), decoding)
+    # angles (exponents): head_dim products of size |w|/τ, plus the offset's own rounding for the
+    # positive map, whose features carry the exponent's error times their own size
+    angle_size = (matrix.norm(dim=-1).max() / tau.min()).item()
+    magnitude = angle_size * (1.0 if name == "fourier" else training.abs().max().item())
+    assert_fp32_close(decoding, training, head_dim + 2, magnitude, f"{name}: decoding vs training features")
+    weights = torch.randn(training.shape, generator=generator)
+    grads = [torch.autograd.grad((out * weights).sum(), x)[0] for out in (training, decoding)]
+    # as in the test above: 2 x projections terms into each angle's gradient, then head_dim
+    assert_fp32_close(grads[1], grads[0], 2 * projections + head_dim + 2,
+                      magnitude * weights.abs().max().item(), f"{name}: gradient of x")
+
+
+def test_readouts_agree_in_either_product_order():
+    """Decoding keeps its states column-major and reads the keys form with the keys as the left
+    operand when there are fewer queries than keys: the same sums as the plain products, and the
+    layout survives row selection (beam reorders, compaction)."""
+    generator = torch.Generator().manual_seed(14)
+    phi_q = torch.randn(3, 2, 4, 16, generator=generator).abs()
+    state = torch.randn(3, 2, 16, 9, generator=generator)
+    stored = column_major_state(state.transpose(-1, -2).contiguous())
+    assert is_column_major(stored) and not is_column_major(state) and torch.equal(stored, state)
+    assert_fp32_close(state_readout(phi_q, stored), phi_q @ state, 16, name="column-major state readout")
+    keys, values = torch.randn(3, 2, 7, 16, generator=generator).abs(), torch.randn(3, 2, 7, 9, generator=generator)
+    # 4 queries, 7 keys: the transposed order; both sums of 16 and then 7 terms
+    assert_fp32_close(keys_readout(phi_q, keys, values), (phi_q @ keys.transpose(-1, -2)) @ values, 16 + 7,
+                      (phi_q.max() * keys.max() * 16 * values.abs().max()).item(), "keys readout, few queries")
+    rows = torch.tensor([2, 0, 0])
+    selected = select_rows(stored, rows)
+    assert is_column_major(selected) and torch.equal(selected, state[rows])
+    spare = column_major_state(torch.empty(3, 2, 9, 16))
+    written = select_rows(stored, rows, out=spare)
+    assert is_column_major(written) and written.data_ptr() == spare.data_ptr() and torch.equal(written, state[rows])
 
 
 def test_orthogonal_random_matrices_are_seeded_and_orthogonal_in_blocks():
@@ -603,6 +662,47 @@ def test_cross_module_outputs_follow_sentences_that_leave_the_batch(source):
     # compacted once at most 3/4 of the stored summaries are read: 4 of 5 keeps all 5, 3 of 5,
     # 2 of 3 and 1 of 2 compact
     assert stored_sizes == [5, 3, 2, 1]
+
+
+@pytest.mark.parametrize("cross_gate,norm_rescale", [(False, False), (True, True)])
+def test_decoding_builds_the_source_state_in_parts(monkeypatch, cross_gate, norm_rescale):
+    """Decoding builds the sources' state a few sources at a time (here one per part), each part
+    without the columns where all its sources are padding, and keeps it column-major: the state
+    of the whole batch at once, whichever side the padding is on."""
+    torch.manual_seed(0)
+    module = RandomFeatureCrossAttention(16, 2, 4, seed=3, kdim=12, learned_tau=True, norm_rescale=norm_rescale,
+                                         gate="sgate" if cross_gate else "none", cross_gate=cross_gate).eval()
+    generator = torch.Generator().manual_seed(13)
+    source = 11  # 8 features, 8-wide heads: the state is kept from 5 source tokens on
+    src = random_windows(4, source, 2, generator, pad_lengths=[11, 6, 9, 3])
+    src[1], src[3] = src[1].flip(0), src[3].flip(0)  # padding on the left
+    encoder_out = torch.randn(source, 4, 12, generator=generator)
+    padding, starts = src.eq(PAD), sentence_starts(src, SEP)
+    with torch.no_grad():
+        phi_k, v, key_weight = module._source_keys(encoder_out, padding, module.random_matrices.eval_matrix, starts)
+        whole = cross_rfa_state(phi_k, v, key_weight)
+        monkeypatch.setattr(rfa_layers, "SUMMARY_PART_FLOATS", 1)
+        summary = module._decoding_summary(encoder_out, padding, starts)
+    assert list(summary) == ["state"] and is_column_major(summary["state"])
+    # every entry sums `source` products of a feature and a weighted value
+    weighted = v.abs().max() * (1.0 if key_weight is None else key_weight.max())
+    assert_fp32_close(summary["state"], whole, source, (phi_k.abs().max() * weighted).item(),
+                      f"state in parts (cross gate {cross_gate}, norm-rescale {norm_rescale})")
+
+
+def test_decoding_keeps_causal_states_column_major():
+    """The causal state of decoding is created column-major and stays so through updates and
+    beam reorders (state.py: the readout's faster order)."""
+    module = _module_pair("none")
+    generator = torch.Generator().manual_seed(15)
+    x = torch.randn(4, 3, 16, generator=generator)
+    state = {}
+    with torch.no_grad():
+        for t in range(4):
+            module(x[t:t + 1], x[t:t + 1], x[t:t + 1], incremental_state=state)
+            assert is_column_major(module._get_input_buffer(state)["state"])
+            module.reorder_incremental_state(state, torch.tensor([2, 0, 0]))
+            assert is_column_major(module._get_input_buffer(state)["state"])
 
 
 def _norm_rescale_case(cross_gate, seed=12):

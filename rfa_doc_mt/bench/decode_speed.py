@@ -22,10 +22,11 @@ randomly initialised (only speed is measured), for each window size L, with beam
   own bookkeeping (top-k, token buffers) is reported apart as wall time.
 * Both models are timed in one process, batch by batch in alternation, after a warm-up.
 * A third model bounds the possible gain (``ceiling``; ``--no-ceiling`` skips it): the
-  transformer whose decoder attentions keep their per-token projections but attend to nothing.
-  Every attention with these projections does its work and more, so none, however cheap, can
-  decode faster; ``rfa_share_of_ceiling`` (RFA ÷ ceiling tokens/s) is how much of the
-  attainable RFA realises, ``ceiling_speedup`` the most any such attention could gain.
+  transformer whose decoder attentions keep their projections (of every token, and of each
+  source once per sentence) but attend to nothing. Every attention with these projections does
+  its work and more, so none, however cheap, can decode faster; ``rfa_share_of_ceiling``
+  (RFA ÷ ceiling tokens/s) is how much of the attainable RFA realises, ``ceiling_speedup``
+  the most any such attention could gain.
 * ``reorder_share``: the part of each model's forward time spent reordering the decoder's
   caches for the beam (the transformer gathers its keys and values on every step).
 * ``--batch-sizes 3,12,24,48`` measures each batch size in turn (windows per batch; the paper's
@@ -48,6 +49,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 import torch
+from fairseq.incremental_decoding_utils import FairseqIncrementalState
 
 from .common import (
     commit_info,
@@ -131,24 +133,35 @@ def build_model(task, arch: str, seed: int, max_positions: int, device: str, dty
     return model.to(device=device, dtype=dtype).eval()
 
 
-class _ProjectionsOnly(torch.nn.Module):
-    """Stands in for a decoder attention: the per-token projections every attention of this
-    shape needs, and no attention. Self-attention projects the new token to a query, a key and a
-    value and returns the output projection of its value; cross-attention projects the query and
-    returns its output projection (the source's keys and values are projected once per sentence,
-    by any attention). RFA needs exactly these projections (fused into one for q, k, v)."""
+class _ProjectionsOnly(FairseqIncrementalState, torch.nn.Module):
+    """Stands in for a decoder attention: the projections every attention of this shape needs,
+    and no attention. Self-attention projects the new token to a query, a key and a value and
+    returns the output projection of its value. Cross-attention projects the source to keys and
+    values once per sentence (on a batch's first step, one copy per beam group, as fairseq's
+    attention and RFA's do), and at every step projects the query and returns its output
+    projection. RFA needs exactly these projections (fused into one for q, k, v)."""
 
     def __init__(self, attention, self_attention: bool):
         super().__init__()
-        self.q_proj, self.out_proj = attention.q_proj, attention.out_proj
-        self.k_proj = attention.k_proj if self_attention else None
-        self.v_proj = attention.v_proj if self_attention else None
+        self.q_proj, self.k_proj = attention.q_proj, attention.k_proj
+        self.v_proj, self.out_proj = attention.v_proj, attention.out_proj
+        self.self_attention = self_attention
+        self.beam_size = 1
 
-    def forward(self, query, key=None, value=None, **unused):
+    def set_beam_size(self, beam_size: int):  # fairseq's decoder announces the beam to its modules
+        self.beam_size = beam_size
+
+    def forward(self, query, key=None, value=None, incremental_state=None, **unused):
         projected = self.q_proj(query)
-        if self.k_proj is not None:
+        if self.self_attention:
             self.k_proj(query)
             projected = self.v_proj(query)
+        elif key is not None and self.get_incremental_state(incremental_state, "source") is None:
+            if self.beam_size > 1 and key.size(1) % self.beam_size == 0:
+                key = key[:, ::self.beam_size]  # the beams of a sentence share its source
+            self.k_proj(key)
+            self.v_proj(key)
+            self.set_incremental_state(incremental_state, "source", {})
         return self.out_proj(projected), None
 
     def _get_input_buffer(self, incremental_state):  # fairseq's decoder layer asks for it
@@ -160,9 +173,10 @@ def remove_decoder_attention(model):
     :class:`_ProjectionsOnly` (its projections kept, its attention removed).
 
     Decoding it does the work that every attention with these projections shares with the
-    transformer (embeddings, the attention projections, feed-forward layers, layer norms, the
-    output layer, the encoder, beam search), so its tokens/s bound what any such attention, however
-    cheap, can decode: RFA ÷ ceiling is the share of the attainable that RFA realises."""
+    transformer (embeddings, the attention projections, the source's keys and values included,
+    feed-forward layers, layer norms, the output layer, the encoder, beam search), so its
+    tokens/s bound what any such attention, however cheap, can decode: RFA ÷ ceiling is the
+    share of the attainable that RFA realises."""
     for layer in model.decoder.layers:
         layer.self_attn = _ProjectionsOnly(layer.self_attn, self_attention=True)
         if getattr(layer, "encoder_attn", None) is not None:

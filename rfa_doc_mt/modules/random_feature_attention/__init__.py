@@ -30,14 +30,16 @@ The package, by form (DESIGN.md, "three forms, one truth"):
   feature maps and the release's key norm-rescale;
 * :mod:`.gates`: the sentential gates as per-token ``log_forget`` and ``key_weight``;
 * :mod:`.state`: the state every form carries, ``[batch, heads, F, dv + 1]`` (S with z as its
-  last column), and the floored readout;
+  last column; decoding stores it column-major, the same values with a faster readout), and
+  the floored readout;
 * :mod:`.reference`: quadratic, masked, written from the formulas for clarity;
 * :mod:`.training`: the training forms, linear in time and memory (causal: chunks of
   ``chunk_size`` tokens, quadratic inside a chunk, the recurrent state between chunks; cross:
   the source summary, then a readout, the summary in whichever exact form costs less,
   :func:`.training.cross_rfa_summary`, in training and in decoding);
 * :mod:`.incremental`: one token and constant work per step, for beam search (cross attention
-  reads its cached source summary at every step);
+  reads its cached source summary at every step; the features of a step come from
+  :class:`.features.DecodingFeatureMap`, one batched product over heads);
 * :mod:`.layers`: the attention modules that fairseq's layers call.
 
 The causal forms share one signature, ``(phi_q, phi_k, v, log_forget, key_weight,

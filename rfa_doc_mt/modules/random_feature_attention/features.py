@@ -172,32 +172,90 @@ class _FourierFeatures(torch.autograd.Function):
         return grad[..., :half] * scaled_cos - grad[..., half:] * scaled_sin, None
 
 
-def random_fourier_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None,
-                            projection: Optional[Tensor] = None) -> Tensor:
+def random_fourier_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None) -> Tensor:
     """[..., heads, time, head_dim] → [..., heads, time, 2D] fp32: [sin(Wx̂/τ), cos(Wx̂/τ)] / √D.
 
     φ(x)·φ(y) = mean_i cos(w_i·(x̂ - ŷ)/τ) ≈ exp(-|x̂ - ŷ|²/2τ²) = exp((x̂·ŷ - 1)/τ²).
-    ``projection``: W/τ where the caller keeps it (decoding computes it once per batch).
     """
-    projected = _project(x, projection_of(random_matrix, tau) if projection is None else projection)
+    projected = _project(x, projection_of(random_matrix, tau))
     return _FourierFeatures.apply(projected, 1.0 / math.sqrt(projected.size(-1)))
 
 
-def positive_random_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None,
-                             projection: Optional[Tensor] = None) -> Tensor:
+def positive_random_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None) -> Tensor:
     """[..., heads, time, head_dim] → [..., heads, time, D] fp32: exp(Wx̂/τ - 1/τ²) / √D.
 
     Positive random features (Choromanski et al., 2021) of the same kernel as the Fourier map:
     E[φ(x)·φ(y)] = exp(x̂·ŷ/τ²) exp(-1/τ²). The exponent is at most |w|/τ - 1/τ² ≤ |w|²/4,
     bounded for every τ, so no max-subtraction is needed for fp32.
     """
-    projected = _project(x, projection_of(random_matrix, tau) if projection is None else projection)
+    projected = _project(x, projection_of(random_matrix, tau))
     if tau is None:
         offset = 1.0
     else:
         offset = tau.clamp_min(MIN_TAU).float().pow(-2).view(-1, 1, 1)
     scale = 1.0 / math.sqrt(random_matrix.size(-2))
     return torch.exp(projected - offset) * scale
+
+
+class DecodingFeatureMap:
+    """The feature map in the form decoding evaluates once per token, from unit vectors laid out
+    head-major (``[heads, rows, head_dim]``), so that ``x̂ W/τ`` is one batched product over heads:
+
+    * fourier: ``[sin P, cos P] / √D`` with ``P = x̂ (W/τ)ᵀ``, written straight into the halves
+      of the output;
+    * positive: ``exp(P + c)`` with ``c = -1/τ² - ln √D`` (the scale inside the exponent),
+      one ``baddbmm`` and one ``exp``.
+
+    The training form (:func:`random_fourier_features`, :func:`positive_random_features`) takes
+    any layout and keeps its memory-saving backward; this one is its few-operations form for a
+    decoding step, differentiable in its input but not in τ (decoding is inference). ``weight``
+    (``(W/τ)ᵀ``, [heads, head_dim, D]) and ``offset`` (c; zeros for fourier) are derived once per
+    batch (:meth:`build`).
+    """
+
+    def __init__(self, name: str, weight: Tensor, offset: Tensor):
+        if name not in FEATURE_MAPS:
+            raise ValueError(f"unknown feature map {name!r}; expected one of {FEATURE_MAPS}")
+        self.sine = name == "fourier"
+        self.weight, self.offset = weight, offset
+
+    @classmethod
+    def build(cls, name: str, random_matrix: Tensor, tau: Optional[Tensor]) -> "DecodingFeatureMap":
+        """weight and offset from the random matrix [heads, D, head_dim] and τ [heads] (or None)."""
+        projection = projection_of(random_matrix, tau).detach().float()  # [heads, D, head_dim]
+        heads, count, _ = projection.shape
+        offset = projection.new_zeros(heads, 1, 1)
+        if name == "positive":
+            inverse_square = 1.0 if tau is None else tau.detach().float().clamp_min(MIN_TAU).pow(-2).view(-1, 1, 1)
+            offset = offset - inverse_square - 0.5 * math.log(count)
+        return cls(name, projection.transpose(1, 2).contiguous(), offset)
+
+    def __call__(self, units: Tensor) -> Tensor:
+        """units [heads, rows, head_dim] (unit vectors, fp32) → features [heads, rows, F] fp32."""
+        in_place = not (torch.is_grad_enabled() and (units.requires_grad or self.weight.requires_grad))
+        if not self.sine:
+            projected = torch.baddbmm(self.offset, units, self.weight)
+            return projected.exp_() if in_place else projected.exp()
+        projected = torch.bmm(units, self.weight)
+        scale = 1.0 / math.sqrt(projected.size(-1))
+        if not in_place:
+            return torch.cat([torch.sin(projected), torch.cos(projected)], dim=-1) * scale
+        half = projected.size(-1)
+        features = projected.new_empty(projected.shape[:-1] + (2 * half,))
+        torch.sin(projected, out=features[..., :half])
+        torch.cos(projected, out=features[..., half:])
+        return features.mul_(scale)
+
+
+def unit_vectors(x: Tensor) -> Tensor:
+    """``x / |x|`` over the last dimension (as :func:`l2_normalise`), fp32, contiguous in x's
+    dimension order: pass x permuted to the layout wanted (e.g. heads first), and the division
+    writes it, with no copy before or after."""
+    x = x.float()
+    norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(1e-6)
+    if torch.is_grad_enabled() and x.requires_grad:  # out= has no gradient
+        return (x / norms).contiguous()
+    return torch.div(x, norms, out=x.new_empty(x.shape))
 
 
 def feature_map_function(name: str):

@@ -10,7 +10,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from .state import normalised, with_ones
+from .state import column_major_state, is_column_major, normalised, state_readout, with_ones
 
 
 def causal_rfa_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, state: Optional[Tensor],
@@ -18,7 +18,7 @@ def causal_rfa_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, state: Optional[Ten
     """Incremental form: one token, constant work. Returns out [batch, heads, dv], new state.
 
     Args:
-        phi_q, phi_k: [batch, heads, F]; v: [batch, heads, dv]
+        phi_q, phi_k: [batch, heads, F] (any strides); v: [batch, heads, dv]
         state: [batch, heads, F, dv + 1] or None (empty prefix)
         forget: [batch, heads] f_t (None: 1); key_weight: [batch, heads] c_t (None: 1)
     """
@@ -29,20 +29,26 @@ def causal_rfa_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, state: Optional[Ten
         phi_k = phi_k * key_weight.float().unsqueeze(-1)
     # decoding (no autograd) updates the state in place: it is the step's largest tensor, and
     # copying it would cost as much as the update itself
-    in_place = state is not None and state.is_contiguous() and not (torch.is_grad_enabled() and (
+    stored_in_order = state is not None and (state.is_contiguous() or is_column_major(state))
+    in_place = stored_in_order and not (torch.is_grad_enabled() and (
         state.requires_grad or phi_k.requires_grad or values.requires_grad or
         (forget is not None and forget.requires_grad)))
+    # S_t = f_t S_{t-1} + c_t φ(k_t) [v_t, 1]ᵀ: the outer product as one broadcast multiply-add,
+    # a single pass over the state
+    column, row = phi_k.unsqueeze(-1), values.unsqueeze(-2)
     if state is None:
-        state = values.new_zeros(batch, heads, features, values.size(-1))
-    elif forget is not None:
-        gate = forget.float().view(batch, heads, 1, 1)
-        state = state.mul_(gate) if in_place else state * gate
-    # S_t = f_t S_{t-1} + c_t φ(k_t) [v_t, 1]ᵀ, as one batched outer product
-    flat_state = state.reshape(batch * heads, features, -1)
-    outer = (phi_k.reshape(batch * heads, features, 1), values.reshape(batch * heads, 1, -1))
-    flat_state = flat_state.baddbmm_(*outer) if in_place else torch.baddbmm(flat_state, *outer)
-    out = torch.bmm(phi_q.float().reshape(batch * heads, 1, features), flat_state)
-    return normalised(out.view(batch, heads, -1)), flat_state.view(batch, heads, features, -1)
+        # a new state is kept column-major (state.py): the readout's faster product order
+        state = column_major_state((row.transpose(-1, -2) * column.transpose(-1, -2)).contiguous())
+    else:
+        if forget is not None:
+            gate = forget.float().view(batch, heads, 1, 1)
+            state = state.mul_(gate) if in_place else state * gate
+        state = state.addcmul_(column, row) if in_place else torch.addcmul(state, column, row)
+        if not (state.is_contiguous() or is_column_major(state)):
+            state = state.contiguous()  # a product of strided features may come out in their layout
+    flat_state = state.reshape(batch * heads, features, -1)  # a view in either layout
+    out = state_readout(phi_q.reshape(batch * heads, 1, features), flat_state)
+    return normalised(out.view(batch, heads, -1)), state
 
 
 def incremental_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Optional[Tensor] = None,

@@ -1,6 +1,7 @@
 """The RFA attention modules: fairseq's ``MultiheadAttention`` call signature, the training
 form in ``forward`` and the incremental form with an ``incremental_state``."""
 
+import contextlib
 import math
 from typing import Dict, Optional, Tuple
 
@@ -12,14 +13,16 @@ from torch import Tensor, nn
 from ..hand_off import HandOff
 from .features import (
     FEATURE_MAPS,
+    DecodingFeatureMap,
     RandomMatrices,
     feature_map_function,
     feature_size,
     norm_rescale_weights,
-    projection_of,
+    unit_vectors,
 )
 from .gates import GATE_VARIANTS, final_key_weights, sentence_gates
 from .incremental import causal_rfa_step
+from .state import column_major_state, is_column_major, select_rows
 from .training import (
     CHUNK_SIZE,
     cheapest_chunk_size,
@@ -27,10 +30,26 @@ from .training import (
     cross_rfa_read,
     cross_rfa_state,
     cross_rfa_summary,
+    keys_form_is_cheaper,
+    weighted_values,
 )
 
 # what a decoding cross attention keeps of its source (training.cross_rfa_summary)
 SUMMARY_NAMES = ("state", "keys", "values")
+# φ(K) of one part of a decoding batch's sources while their state is built (4 MB in fp32)
+SUMMARY_PART_FLOATS = 1 << 20
+# what decoding keeps of the feature map (DecodingFeatureMap): one for every row, never reordered
+DECODING_FEATURE_NAMES = ("feature_weight", "feature_offset")
+
+
+def full_precision(x: Tensor):
+    """Autocast off for what follows (RFA computes its features and states in fp32); nothing to
+    switch, and nothing entered, when autocast is not on, as in fp32 decoding, once per layer
+    and token."""
+    device = x.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.autocast(device_type=device, enabled=False)
+    return contextlib.nullcontext()
 
 
 class _RandomFeatureAttentionBase(HandOff, nn.Module):
@@ -76,16 +95,20 @@ class _RandomFeatureAttentionBase(HandOff, nn.Module):
         weight, bias = self.gate_proj.weight, self.gate_proj.bias
         return F.linear(x.float(), weight.float(), bias.float())
 
-    def features_of(self, x: Tensor, random_matrix: Tensor, projection: Optional[Tensor] = None) -> Tensor:
-        """[..., heads, time, head_dim] → [..., heads, time, F] fp32 (``projection``: W/τ, if kept)."""
-        return feature_map_function(self.feature_map)(x, random_matrix, self.tau, projection=projection)
+    def features_of(self, x: Tensor, random_matrix: Tensor) -> Tensor:
+        """[..., heads, time, head_dim] → [..., heads, time, F] fp32, the training form (decoding's
+        per-token features: :meth:`decoding_features`)."""
+        return feature_map_function(self.feature_map)(x, random_matrix, self.tau)
 
-    def decoding_projection(self, buffer: Dict[str, Optional[Tensor]]) -> Tensor:
-        """W/τ of the evaluation matrix, kept in the decoding buffer: divided once per batch, not
-        once per step (the parameters do not change while a batch decodes)."""
-        if buffer.get("projection") is None:
-            buffer["projection"] = projection_of(self.random_matrices.eval_matrix, self.tau).float()
-        return buffer["projection"]
+    def decoding_features(self, buffer: Dict[str, Optional[Tensor]]) -> DecodingFeatureMap:
+        """The feature map of decoding (:class:`.features.DecodingFeatureMap`): built from the
+        evaluation matrix and τ on a batch's first step and kept in the decoding buffer, since
+        the parameters do not change while a batch decodes; shared by every row."""
+        if buffer.get(DECODING_FEATURE_NAMES[0]) is None:
+            feature_map = DecodingFeatureMap.build(self.feature_map, self.random_matrices.eval_matrix, self.tau)
+            buffer.update(zip(DECODING_FEATURE_NAMES, (feature_map.weight, feature_map.offset)))
+            return feature_map
+        return DecodingFeatureMap(self.feature_map, *(buffer[name] for name in DECODING_FEATURE_NAMES))
 
     def _require_sentence_starts(self, expected_shape) -> Tensor:
         return self.handed("sentence_starts", expected_shape, f"its gate {self.gate_variant!r}")
@@ -113,7 +136,7 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
     implied). Incremental state per layer: ``state`` [batch, heads, F, dv + 1] (S and z),
     ``gate_logit`` [batch, heads] (logit of the last token, used when the next token starts a
     sentence), ``key_weight`` [batch, heads] (sgate-avg: the current sentence's weight) and
-    ``projection`` (W/τ, shared by every row, :meth:`decoding_projection`).
+    the feature map's tensors (shared by every row, :meth:`decoding_features`).
     """
 
     def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, feature_map: str = "fourier",
@@ -140,7 +163,7 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
             return self._step(query, key_padding_mask, incremental_state), None
         time, batch, _ = query.shape
         q, k, v = self._split_qkv(query)
-        with torch.autocast(device_type=query.device.type, enabled=False):
+        with full_precision(query):
             random_matrix = self.random_matrices()
             phi_q, phi_k = self.features_of(q, random_matrix), self.features_of(k, random_matrix)
             log_forget, key_weight = self._gates(query, key_padding_mask)
@@ -173,13 +196,15 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
             raise ValueError("incremental RFA takes one token per call")
         batch = query.size(1)
         buffer = self._get_input_buffer(incremental_state)
-        qkv = self.in_proj(query[0]).view(batch, 3, self.num_heads, 1, self.head_dim)
-        with torch.autocast(device_type=query.device.type, enabled=False):
-            # decoding is inference: the fixed evaluation matrix, whatever the mode
-            phi = self.features_of(qkv[:, :2], self.random_matrices.eval_matrix,
-                                   self.decoding_projection(buffer))  # [batch, 2, heads, 1, F]
-            phi_q, phi_k = phi[:, 0, :, 0], phi[:, 1, :, 0]
-            v = qkv[:, 2, :, 0].float()
+        qkv = self.in_proj(query[0]).view(batch, 3, self.num_heads, self.head_dim)
+        with full_precision(query):
+            # decoding is inference: the fixed evaluation matrix, whatever the mode. q̂ and k̂
+            # head-major, [heads, batch x (q, k), head_dim]: one product for both
+            units = unit_vectors(qkv[:, :2].permute(2, 0, 1, 3))
+            phi = self.decoding_features(buffer)(units.view(self.num_heads, 2 * batch, self.head_dim))
+            phi = phi.view(self.num_heads, batch, 2, -1).transpose(0, 1)  # [batch, heads, (q, k), F]
+            phi_q, phi_k = phi[:, :, 0], phi[:, :, 1]
+            v = qkv[:, 2].float()
             forget = key_weight = None
             if self.gate_variant != "none":
                 starts = self._require_sentence_starts((batch, 1))[:, 0].unsqueeze(-1)  # [batch, 1]
@@ -213,16 +238,15 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
             spare = buffer.pop("spare", None)
             rows = new_order.size(0)
             for name, value in list(buffer.items()):
-                if value is None or name == "projection":  # W/τ: one for every row
+                if value is None or name in DECODING_FEATURE_NAMES:  # one for every row
                     continue
                 if name != "state" or value.requires_grad:
                     buffer[name] = value.index_select(0, new_order)
                     continue
                 # finished sentences only ever shrink the batch: the first rows of the spare do
                 fits = spare is not None and spare.shape[0] >= rows and spare.shape[1:] == value.shape[1:] \
-                    and spare.dtype == value.dtype
-                buffer[name] = torch.index_select(value, 0, new_order, out=spare[:rows]) if fits \
-                    else value.index_select(0, new_order)
+                    and spare.dtype == value.dtype and is_column_major(spare) == is_column_major(value)
+                buffer[name] = select_rows(value, new_order, out=spare[:rows] if fits else None)
                 spare = value
             if spare is not None:
                 buffer["spare"] = spare
@@ -282,11 +306,18 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
                      sentence_starts: Optional[Tensor]) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
         """φ(k) [batch, heads, source, F], v [batch, heads, source, dv] and the keys' weights
         [batch, heads, source] (padding, cross gate, norm-rescale; None: all 1), fp32."""
+        k, v, key_weight = self._source_projections(key, key_padding_mask, sentence_starts)
+        with full_precision(key):
+            return self.features_of(k, random_matrix), v, key_weight
+
+    def _source_projections(self, key: Tensor, key_padding_mask: Optional[Tensor],
+                            sentence_starts: Optional[Tensor]) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+        """k [batch, heads, source, head_dim] (before the feature map), v fp32 and the keys'
+        weights (as :meth:`_source_keys`)."""
         source, batch, _ = key.shape
         kv = self.kv_proj(key).view(source, batch, 2, self.num_heads, self.head_dim)
         k, v = kv.permute(2, 1, 3, 0, 4).unbind(0)  # [batch, heads, source, head_dim]
-        with torch.autocast(device_type=key.device.type, enabled=False):
-            phi_k = self.features_of(k, random_matrix)
+        with full_precision(key):
             padding = key_padding_mask.bool() if key_padding_mask is not None and key_padding_mask.any() else None
             if self.gate_variant != "none":
                 if sentence_starts is None or tuple(sentence_starts.shape) != (batch, source):
@@ -301,7 +332,39 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
             if self.norm_rescale:
                 rescale = norm_rescale_weights(k, self.tau, padding)
                 key_weight = rescale if key_weight is None else key_weight * rescale
-            return phi_k, v.float(), key_weight
+            return k, v.float(), key_weight
+
+    def _decoding_summary(self, key: Tensor, key_padding_mask: Optional[Tensor],
+                          sentence_starts: Optional[Tensor]) -> Dict[str, Tensor]:
+        """What decoding keeps of the sources (:func:`.training.cross_rfa_summary`), with the
+        evaluation matrix.
+
+        The state is built a few sources at a time: φ(K) of a whole batch can be many times its
+        states (96 sources of 375 tokens: 590 MB against 102 MB), and each part drops the columns
+        where all its sources are padding (weight 0: they add nothing to the sums)."""
+        random_matrix = self.random_matrices.eval_matrix
+        k, v, key_weight = self._source_projections(key, key_padding_mask, sentence_starts)
+        batch, heads, source, _ = k.shape
+        with full_precision(key):
+            if keys_form_is_cheaper(source, self.features, self.head_dim + 1):
+                return cross_rfa_summary(self.features_of(k, random_matrix), v, key_weight)
+            # column-major (state.py): [S, z]ᵀ = [w v, w]ᵀ φ(K) per head
+            stored = v.new_empty(batch, heads, self.head_dim + 1, self.features)
+            real = None if key_padding_mask is None else ~key_padding_mask.bool()
+            part = max(1, SUMMARY_PART_FLOATS // (heads * source * self.features))
+            for first in range(0, batch, part):
+                last = min(first + part, batch)
+                columns = slice(None)
+                if real is not None:
+                    present = real[first:last].any(0).nonzero()
+                    if present.numel() == 0:  # sources of padding only: nothing to sum
+                        stored[first:last] = 0.0
+                        continue
+                    columns = slice(int(present[0]), int(present[-1]) + 1)
+                weight = None if key_weight is None else key_weight[first:last, :, columns]
+                phi_k = self.features_of(k[first:last, :, columns], random_matrix)
+                stored[first:last] = weighted_values(v[first:last, :, columns], weight).transpose(-1, -2) @ phi_k
+            return {"state": column_major_state(stored)}
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor] = None,
                 key_padding_mask: Optional[Tensor] = None,
@@ -316,52 +379,55 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
             random_matrix = self.random_matrices()
             starts = self.handed_or_none("sentence_starts")
             summary = cross_rfa_summary(*self._source_keys(key, key_padding_mask, random_matrix, starts), reads=time)
-        else:
-            # decoding is inference: the fixed evaluation matrix, whatever the mode
-            random_matrix = self.random_matrices.eval_matrix
-            buffer = self._get_input_buffer(incremental_state)
-            summary = {name: buffer[name] for name in SUMMARY_NAMES if buffer.get(name) is not None}
-            if not summary:
-                if key is None:
-                    raise ValueError("cross attention needs the encoder output on its first call")
-                starts = self.handed_or_none("sentence_starts")
-                if self.beam_size > 1:
-                    # rows are [sentence, beam] with equal sources: one summary per sentence
-                    if batch % self.beam_size:
-                        raise ValueError(f"batch of {batch} rows is not [sentences x beam {self.beam_size}]")
-                    key = key[:, ::self.beam_size]
-                    key_padding_mask = key_padding_mask[::self.beam_size] if key_padding_mask is not None else None
-                    starts = starts[::self.beam_size] if starts is not None else None
-                summary = cross_rfa_summary(*self._source_keys(key, key_padding_mask, random_matrix, starts))
-                buffer.update(summary)
-                self._set_input_buffer(incremental_state, buffer)
-        rows = projection = None
-        if incremental_state is not None:
-            rows, projection = buffer.get("rows"), self.decoding_projection(buffer)
-        return self.out_proj(self._read(query, summary, random_matrix, rows, projection)), None
+            return self.out_proj(self._read(query, summary, random_matrix=random_matrix)), None
+        # decoding is inference: the fixed evaluation matrix, whatever the mode
+        buffer = self._get_input_buffer(incremental_state)
+        summary = {name: buffer[name] for name in SUMMARY_NAMES if buffer.get(name) is not None}
+        if not summary:
+            if key is None:
+                raise ValueError("cross attention needs the encoder output on its first call")
+            starts = self.handed_or_none("sentence_starts")
+            if self.beam_size > 1:
+                # rows are [sentence, beam] with equal sources: one summary per sentence
+                if batch % self.beam_size:
+                    raise ValueError(f"batch of {batch} rows is not [sentences x beam {self.beam_size}]")
+                key = key[:, ::self.beam_size]
+                key_padding_mask = key_padding_mask[::self.beam_size] if key_padding_mask is not None else None
+                starts = starts[::self.beam_size] if starts is not None else None
+            summary = self._decoding_summary(key, key_padding_mask, starts)
+            buffer.update(summary)
+            self._set_input_buffer(incremental_state, buffer)
+        out = self._read(query, summary, rows=buffer.get("rows"), feature_map=self.decoding_features(buffer))
+        return self.out_proj(out), None
 
-    def _read(self, query: Tensor, summary: Dict[str, Tensor], random_matrix: Tensor,
-              rows: Optional[Tensor] = None, projection: Optional[Tensor] = None) -> Tensor:
+    def _read(self, query: Tensor, summary: Dict[str, Tensor], rows: Optional[Tensor] = None,
+              random_matrix: Optional[Tensor] = None, feature_map: Optional[DecodingFeatureMap] = None) -> Tensor:
         """query [time, batch, embed_dim], a source summary of ``stored`` sources → [time, batch, embed_dim].
 
         The batch holds ``batch // sources`` consecutive rows (beams) per source; source i reads
-        summary row ``rows[i]`` (``rows`` None: row i)."""
+        summary row ``rows[i]`` (``rows`` None: row i). The features of the queries come from
+        ``feature_map`` (decoding) or else from ``random_matrix`` (the training form)."""
         time, batch, _ = query.shape
         stored = next(iter(summary.values())).size(0)
         sources = stored if rows is None else rows.numel()
+        beams = batch // sources
         q = self.q_proj(query)
-        with torch.autocast(device_type=query.device.type, enabled=False):
-            # [sources, heads, beams*time, head_dim]: the beams of a source read the same summary
-            heads_q = q.view(time, sources, batch // sources, self.num_heads, self.head_dim)
-            heads_q = heads_q.permute(1, 3, 2, 0, 4).reshape(sources, self.num_heads, -1, self.head_dim)
-            phi_q = self.features_of(heads_q, random_matrix, projection)
+        with full_precision(query):
+            heads_q = q.view(time, sources, beams, self.num_heads, self.head_dim)
+            # phi_q [sources, heads, beams*time, F]: the beams of a source read the same summary
+            if feature_map is None:
+                heads_q = heads_q.permute(1, 3, 2, 0, 4).reshape(sources, self.num_heads, -1, self.head_dim)
+                phi_q = self.features_of(heads_q, random_matrix)
+            else:  # head-major for one product over heads, then viewed per source
+                units = unit_vectors(heads_q.permute(3, 1, 2, 0, 4)).view(self.num_heads, -1, self.head_dim)
+                phi_q = feature_map(units).view(self.num_heads, sources, beams * time, -1).transpose(0, 1)
             if rows is None:
                 out = cross_rfa_read(phi_q, summary)
             else:
                 # queries of finished sentences are zero (their output, 0 / floor, is dropped)
                 all_rows = phi_q.new_zeros((stored,) + phi_q.shape[1:]).index_copy_(0, rows, phi_q)
                 out = cross_rfa_read(all_rows, summary).index_select(0, rows)
-            out = out.view(sources, self.num_heads, batch // sources, time, self.head_dim)
+            out = out.view(sources, self.num_heads, beams, time, self.head_dim)
             out = out.permute(3, 0, 2, 1, 4).reshape(time, batch, self.embed_dim)
         return out.to(q.dtype)
 
@@ -386,7 +452,7 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
         rows = order if rows is None else rows.index_select(0, order)
         if 4 * rows.numel() <= 3 * stored:
             for name in names:
-                buffer[name] = buffer[name].index_select(0, rows)
+                buffer[name] = select_rows(buffer[name], rows)
             rows = None
         buffer["rows"] = rows
         return self._set_input_buffer(incremental_state, buffer)

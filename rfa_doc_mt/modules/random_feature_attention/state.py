@@ -1,7 +1,13 @@
 """The state every form of RFA shares: ``[batch, heads, F, dv + 1]``, S with z as its last
-column, and the floored readout ``φ(q)·S / φ(q)·z``."""
+column, and the floored readout ``φ(q)·S / φ(q)·z``.
 
-from typing import Tuple
+Decoding keeps its states column-major (each head's ``[F, dv + 1]`` stored as its transpose,
+:func:`column_major_state`): a step reads a state with a few queries (one token, or the beams of
+a sentence), and the product ``[S, z]ᵀ φ(q)ᵀ`` runs about twice as fast on a CPU as
+``φ(q) [S, z]`` for these shapes (MKL, fp32: 8 x 512 x 65 per source, 4 beams). The values
+are the same; only the memory order differs, and :func:`state_readout` takes either."""
+
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -32,3 +38,38 @@ def split_state(state: Tensor) -> Tuple[Tensor, Tensor]:
 def join_state(S: Tensor, z: Tensor) -> Tensor:
     """S [batch, heads, F, dv], z [batch, heads, F] → [batch, heads, F, dv + 1]."""
     return torch.cat([S, z.unsqueeze(-1)], dim=-1)
+
+
+def is_column_major(state: Tensor) -> bool:
+    """Whether each ``[F, dv + 1]`` matrix of ``state`` is stored as its (contiguous) transpose."""
+    return not state.is_contiguous() and state.transpose(-1, -2).is_contiguous()
+
+
+def column_major_state(transposed: Tensor) -> Tensor:
+    """``[..., dv + 1, F]`` contiguous → the state ``[..., F, dv + 1]`` it stores, column-major (a view)."""
+    return transposed.transpose(-1, -2)
+
+
+def state_readout(phi_q: Tensor, state: Tensor) -> Tensor:
+    """``φ(q)·[S, z]``: phi_q [..., n, F], state [..., F, dv + 1] with the same leading dimensions
+    → [..., n, dv + 1] (before the normalisation), in the product order that suits the state's
+    layout."""
+    phi_q = phi_q.float()
+    if not is_column_major(state):
+        return phi_q @ state
+    *lead, n, features = phi_q.shape
+    columns = state.size(-1)
+    stored = state.transpose(-1, -2).reshape(-1, columns, features)  # a view: the stored layout
+    out = torch.bmm(stored, phi_q.reshape(-1, n, features).transpose(1, 2))  # [*, dv + 1, n]
+    return out.transpose(1, 2).reshape(*lead, n, columns)
+
+
+def select_rows(state: Tensor, rows: Tensor, out: Optional[Tensor] = None) -> Tensor:
+    """``state.index_select(0, rows)`` that keeps a column-major state column-major (``out``:
+    a buffer of the same layout to write into)."""
+    if not is_column_major(state):
+        return torch.index_select(state, 0, rows, out=out) if out is not None else state.index_select(0, rows)
+    stored = state.transpose(-1, -2)
+    if out is not None:
+        return column_major_state(torch.index_select(stored, 0, rows, out=out.transpose(-1, -2)))
+    return column_major_state(stored.index_select(0, rows))
