@@ -233,8 +233,9 @@ def table_rfa_figure4(context) -> Tuple[str, list]:
     table = markdown(["L", "batch", "transformer tokens/s", "RFA tokens/s", "RFA/transformer",
                       "ceiling/transformer", "RFA/ceiling", "paper CPU", "paper GPU"], rows)
     machine = bench["machine"]
-    context.notes.append("Ceiling: the transformer whose decoder attentions keep their per-token projections "
-                         "and attend to nothing, the most any attention with these projections can decode; "
+    context.notes.append("Ceiling: the transformer whose decoder attentions keep their projections (every "
+                         "token's, and each source's keys and values once per sentence) and attend to "
+                         "nothing, the most any attention with these projections can decode; "
                          "RFA/ceiling is the share of it that RFA realises.")
     context.notes.append(f"Decoding speed: random paper-size models, beam 4, lengths forced to the reference, "
                          f"{machine.get('cpu', '?')}, {machine.get('torch_threads')} torch thread(s); "
