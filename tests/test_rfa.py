@@ -18,6 +18,7 @@ from rfa_doc_mt.modules.random_feature_attention import (
     RandomFeatureCausalAttention,
     RandomFeatureCrossAttention,
     RandomMatrices,
+    causal_decoding_step,
     causal_rfa_step,
     cheapest_chunk_size,
     chunked_causal_rfa,
@@ -690,19 +691,58 @@ def test_decoding_builds_the_source_state_in_parts(monkeypatch, cross_gate, norm
                       f"state in parts (cross gate {cross_gate}, norm-rescale {norm_rescale})")
 
 
-def test_decoding_keeps_causal_states_column_major():
-    """The causal state of decoding is created column-major and stays so through updates and
-    beam reorders (state.py: the readout's faster order)."""
+def test_decoding_keeps_a_short_prefix_as_keys_then_a_column_major_state():
+    """Causal decoding keeps the prefix as its keys and values while that is less than the state
+    (16 features, 8-wide heads: t (16 + 9) < 16 x 9 up to 5 tokens), then as the state, created
+    column-major (state.py: the readout's faster order) and kept so through updates and beam
+    reorders; reorders move the keys' rows with the beams."""
     module = _module_pair("none")
     generator = torch.Generator().manual_seed(15)
-    x = torch.randn(4, 3, 16, generator=generator)
-    state = {}
+    x = torch.randn(8, 3, 16, generator=generator)
+    state, order, before, storages = {}, torch.tensor([2, 0, 0]), {}, []
     with torch.no_grad():
-        for t in range(4):
+        for t in range(8):
             module(x[t:t + 1], x[t:t + 1], x[t:t + 1], incremental_state=state)
+            buffer = module._get_input_buffer(state)
+            if t < 5:
+                assert buffer["state"] is None and buffer["keys"].shape == (3, 2, t + 1, 16)
+                assert buffer["values"].shape == (3, 2, t + 1, 9)
+                for name, tensor in before.items():  # this step's copy took the rows of the last reorder
+                    assert torch.equal(buffer[name][:, :, :t], tensor[order])
+                # two buffers per tensor, taking turns: no step allocates a new one
+                storages.append(buffer["keys"].untyped_storage().data_ptr())
+                before = {name: buffer[name].clone() for name in ("keys", "values")}
+                module.reorder_incremental_state(state, order)
+                continue
+            assert storages[2:] == storages[:3] and len(set(storages)) == 2
+            assert buffer["keys"] is None and buffer["values"] is None and buffer["spare_keys"] is None
+            assert is_column_major(buffer["state"])
+            module.reorder_incremental_state(state, order)
             assert is_column_major(module._get_input_buffer(state)["state"])
-            module.reorder_incremental_state(state, torch.tensor([2, 0, 0]))
-            assert is_column_major(module._get_input_buffer(state)["state"])
+
+
+def test_causal_decoding_switches_from_keys_to_the_state_where_that_costs_less():
+    """The switch point of the prefix's form is the arithmetic break-even (64 features and
+    64-wide heads, the paper's causal sizes: 32 tokens as keys, the state from the 33rd), and
+    both forms give the reference's outputs on either side of it, with gates and padding."""
+    inputs = op_inputs(batch=2, heads=2, time=40, features=64, dv=64, sentences=(3, 2), pad_lengths=[40, 33])
+    log_forget, key_weight = gates_of(inputs, inputs["logits"])
+    args = (inputs["phi_q"], inputs["phi_k"], inputs["v"])
+    prefix, lengths = {}, []
+    for t in range(40):
+        causal_decoding_step(*(a[:, :, t] for a in args), prefix, log_forget[:, :, t].exp(), key_weight[:, :, t])
+        lengths.append(None if prefix["keys"] is None else prefix["keys"].size(2))
+    assert lengths[:32] == list(range(1, 33)) and set(lengths[32:]) == {None}
+    out, state = incremental_causal_rfa(*args, log_forget, key_weight)
+    expected, expected_state = reference_causal_rfa(*args, log_forget, key_weight)
+    real = ~inputs["padding"].unsqueeze(1).unsqueeze(-1)
+    decays = decay_terms(40, log_forget)
+    # as test_causal_forms_agree: terms of size max|v| over the features and the keys, and the
+    # final state's sums over the keys
+    assert_fp32_close(out * real, expected * real, 64 + 40 + decays, inputs["v"].abs().max().item(),
+                      name="keys then state vs reference")
+    _, abs_state = reference_causal_rfa(inputs["phi_q"], inputs["phi_k"], inputs["v"].abs(), log_forget, key_weight)
+    assert_fp32_close(state, expected_state, 40 + decays, abs_state.max().item(), name="final state")
 
 
 def _norm_rescale_case(cross_gate, seed=12):

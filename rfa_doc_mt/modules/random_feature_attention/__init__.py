@@ -73,7 +73,7 @@ from .features import (
     random_fourier_features,
 )
 from .gates import GATE_VARIANTS, final_key_weights, sentence_gates
-from .incremental import causal_rfa_step, incremental_causal_rfa
+from .incremental import causal_decoding_step, causal_rfa_step, incremental_causal_rfa
 from .layers import RandomFeatureCausalAttention, RandomFeatureCrossAttention
 from .reference import reference_causal_rfa, reference_cross_rfa
 from .state import NORMALISER_FLOOR, join_state, split_state
@@ -90,7 +90,8 @@ from .training import (
 
 __all__ = [
     "CHUNK_SIZE", "FEATURE_MAPS", "GATE_VARIANTS", "MIN_TAU", "NORMALISER_FLOOR", "RANDOM_MATRIX_BANK_SIZE",
-    "RandomFeatureCausalAttention", "RandomFeatureCrossAttention", "RandomMatrices", "causal_rfa_step",
+    "RandomFeatureCausalAttention", "RandomFeatureCrossAttention", "RandomMatrices", "causal_decoding_step",
+    "causal_rfa_step",
     "cheapest_chunk_size", "chunked_causal_rfa", "cross_rfa", "cross_rfa_read", "cross_rfa_readout",
     "cross_rfa_summary", "cross_rfa_state",
     "feature_map_function", "feature_size", "final_key_weights", "incremental_causal_rfa", "join_state",

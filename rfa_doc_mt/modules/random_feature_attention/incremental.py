@@ -1,16 +1,27 @@
 """Incremental form of causal RFA: one token and constant work per step, for beam search.
 
-:func:`incremental_causal_rfa` runs the step over a sequence with the signature of the other
-forms (:mod:`.reference`); cross RFA's incremental form is the module's cached source
-summary (:func:`.training.cross_rfa_summary`), read at every step (:func:`.training.cross_rfa_read`).
+:func:`causal_decoding_step` is what decoding runs: a short prefix is kept as its keys and
+values (:func:`causal_keys_step`), which is less to read, update and reorder than the state
+until the prefix reaches ``F (dv + 1) / (F + dv + 1)`` tokens (32 at the paper's causal sizes),
+and as the state after that (:func:`causal_rfa_step`, constant work per step).
+:func:`incremental_causal_rfa` runs it over a sequence with the signature of the other forms
+(:mod:`.reference`); cross RFA's incremental form is the module's cached source summary
+(:func:`.training.cross_rfa_summary`), read at every step (:func:`.training.cross_rfa_read`).
 """
 
-from typing import Optional, Tuple
+import math
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from .state import column_major_state, is_column_major, normalised, state_readout, with_ones
+from .training import keys_readout
+
+# what a decoding causal attention keeps of its prefix (causal_decoding_step): the state, or while
+# the prefix is short its keys and values, the rows of them that beam search's reorders chose since
+# the last step, and the buffers that the next extension of the keys is written into
+PREFIX_NAMES = ("state", "keys", "values", "rows", "spare_keys", "spare_values")
 
 
 def causal_rfa_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, state: Optional[Tensor],
@@ -51,16 +62,125 @@ def causal_rfa_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, state: Optional[Ten
     return normalised(out.view(batch, heads, -1)), state
 
 
+def keys_capacity(features: int, columns: int) -> int:
+    """The longest prefix that causal decoding keeps as its keys (:func:`causal_decoding_step`):
+    the largest ``t`` with ``t (F + dv + 1) < F (dv + 1)`` (32 at the paper's causal sizes)."""
+    return max(0, (features * columns - 1) // (features + columns))
+
+
+def causal_keys_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, keys: Optional[Tensor], values: Optional[Tensor],
+                     forget: Optional[Tensor] = None, key_weight: Optional[Tensor] = None,
+                     rows: Optional[Tensor] = None, spare: Optional[Tuple[Tensor, Tensor]] = None,
+                     capacity: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
+    """:func:`causal_rfa_step` with the prefix kept as its keys: the same sums, re-associated,
+    ``(φ(q)·φ(K)ᵀ)·[v, 1]`` in place of ``φ(q)·S``. Returns out [batch, heads, dv] and the
+    prefix with this token, keys [batch, heads, t + 1, F] and values [batch, heads, t + 1, dv + 1].
+
+    Args: as :func:`causal_rfa_step`, and
+        keys, values: the prefix, [batch', heads, t, F] (each φ(k) times its weights so far: its
+            key weight c and the forget gates since) and [batch', heads, t, dv + 1] ([v, 1]),
+            contiguous; None: an empty prefix
+        rows: [batch], the prefix row each row continues (beam search's reorders, applied in the
+            same copy that extends the prefix); None: row i continues row i
+        spare: 1-D buffers to write the extended keys and values into when nothing needs a
+            gradient (decoding: the previous step's, so that no step allocates); too small or
+            None: new ones, with room for prefixes of ``capacity`` tokens
+    """
+    batch, heads, features = phi_q.shape
+    phi_k = phi_k.float()
+    if key_weight is not None:
+        phi_k = phi_k * key_weight.float().unsqueeze(-1)
+    key, value = phi_k.unsqueeze(2), with_ones(v.float()).unsqueeze(2)
+    length = 0 if keys is None else keys.size(2)
+    gate = None if forget is None or keys is None else forget.float().view(batch, heads, 1, 1)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (keys, values, key, value, gate)):
+        if keys is not None and rows is not None:
+            keys, values = keys.index_select(0, rows), values.index_select(0, rows)
+        if gate is not None:  # f_t decays every earlier key: S_t = f_t S_{t-1} + ...
+            keys = keys * gate
+        keys = key if keys is None else torch.cat([keys, key], dim=2)
+        values = value if values is None else torch.cat([values, value], dim=2)
+    else:
+        extended = []
+        for old, new, buffer in zip((keys, values), (key, value), spare or (None, None)):
+            shape = (batch, heads, length + 1, new.size(-1))
+            size = math.prod(shape)
+            if buffer is None or buffer.numel() < size:  # room for the longest prefix kept so
+                buffer = new.new_empty(max(size, batch * heads * capacity * new.size(-1)))
+            out = buffer[:size].view(shape)
+            if old is not None:
+                if rows is None:
+                    out[:, :, :length].copy_(old)
+                else:
+                    torch.index_select(old, 0, rows, out=out[:, :, :length])
+            out[:, :, length] = new[:, :, 0]
+            extended.append(out)
+        keys, values = extended
+        if gate is not None:
+            keys[:, :, :length].mul_(gate)
+    out = keys_readout(phi_q.unsqueeze(2), keys, values)
+    return normalised(out.squeeze(2)), keys, values
+
+
+def keys_to_state(keys: Tensor, values: Tensor) -> Tensor:
+    """The state of a prefix kept as its keys (:func:`causal_keys_step`): ``Σ φ(k) [v, 1]ᵀ``
+    [batch, heads, F, dv + 1], column-major (state.py)."""
+    return column_major_state(values.transpose(-1, -2) @ keys)
+
+
+def causal_decoding_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, prefix: Dict[str, Optional[Tensor]],
+                         forget: Optional[Tensor] = None, key_weight: Optional[Tensor] = None) -> Tensor:
+    """One decoding step in the cheaper exact form of the prefix: out [batch, heads, dv].
+
+    ``prefix`` holds what :data:`PREFIX_NAMES` names (empty: no prefix) and is updated in place:
+    the keys and values (:func:`causal_keys_step`) while ``t (F + dv + 1) < F (dv + 1)`` for the
+    ``t`` tokens read this step (reading, extending and reordering them then moves less memory
+    than the state does), the state from then on, built once from the keys when the prefix
+    outgrows them. ``rows`` (beam search's reorders not yet applied to the keys) and the
+    ``spare_*`` buffers are as there. Arguments as :func:`causal_rfa_step`."""
+    state, keys, values, rows = (prefix.get(name) for name in ("state", "keys", "values", "rows"))
+    if state is None:
+        length, capacity = 0 if keys is None else keys.size(2), keys_capacity(phi_q.size(-1), v.size(-1) + 1)
+        if length < capacity:
+            spare = (prefix.get("spare_keys"), prefix.get("spare_values"))
+            out, new_keys, new_values = causal_keys_step(phi_q, phi_k, v, keys, values, forget, key_weight, rows,
+                                                         spare if spare[0] is not None else None, capacity)
+            # the old prefix's buffers are the next step's spares
+            prefix.update(keys=new_keys, values=new_values, rows=None,
+                          spare_keys=_flat(keys, new_keys), spare_values=_flat(values, new_values))
+            return out
+        if keys is not None:
+            if rows is not None:
+                keys, values = keys.index_select(0, rows), values.index_select(0, rows)
+            state = keys_to_state(keys, values)
+        prefix.update(keys=None, values=None, rows=None, spare_keys=None, spare_values=None)
+    out, prefix["state"] = causal_rfa_step(phi_q, phi_k, v, state, forget, key_weight)
+    return out
+
+
+def _flat(old: Optional[Tensor], new: Tensor) -> Optional[Tensor]:
+    """The whole buffer behind a decoding prefix, 1-D, to be reused as a spare (None: none, or
+    one that autograd may still need)."""
+    if old is None or old.requires_grad or new.requires_grad or old.untyped_storage().data_ptr() == \
+            new.untyped_storage().data_ptr():
+        return None
+    return old.new_empty(0).set_(old.untyped_storage())
+
+
 def incremental_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Optional[Tensor] = None,
                            key_weight: Optional[Tensor] = None,
                            initial_state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-    """:func:`causal_rfa_step` over a whole sequence (what beam search does, one call per token);
-    the arguments and results of :func:`.reference.reference_causal_rfa`."""
+    """:func:`causal_decoding_step` over a whole sequence (what beam search does, one call per
+    token, short prefixes as their keys); the arguments and results of
+    :func:`.reference.reference_causal_rfa`."""
     # the step updates a state in place when nothing needs its gradient: never the caller's
-    state, outputs = (None if initial_state is None else initial_state.clone()), []
+    prefix, outputs = ({} if initial_state is None else {"state": initial_state.clone()}), []
     for t in range(phi_q.size(2)):
         forget = None if log_forget is None else log_forget[:, :, t].exp()
         weight = None if key_weight is None else key_weight[:, :, t]
-        out, state = causal_rfa_step(phi_q[:, :, t], phi_k[:, :, t], v[:, :, t], state, forget, weight)
-        outputs.append(out)
+        outputs.append(causal_decoding_step(phi_q[:, :, t], phi_k[:, :, t], v[:, :, t], prefix, forget, weight))
+    state = prefix.get("state")
+    if state is None:
+        state = keys_to_state(prefix["keys"], prefix["values"]) if prefix.get("keys") is not None else \
+            v.new_zeros(v.size(0), v.size(1), phi_k.size(-1), v.size(-1) + 1, dtype=torch.float32)
     return torch.stack(outputs, dim=2), state

@@ -21,7 +21,7 @@ from .features import (
     unit_vectors,
 )
 from .gates import GATE_VARIANTS, final_key_weights, sentence_gates
-from .incremental import causal_rfa_step
+from .incremental import PREFIX_NAMES, causal_decoding_step
 from .state import column_major_state, is_column_major, select_rows
 from .training import (
     CHUNK_SIZE,
@@ -133,7 +133,9 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
     Called like fairseq's ``MultiheadAttention`` by ``TransformerDecoderLayerBase``:
     ``forward(query=x, key=x, value=x, key_padding_mask, incremental_state, attn_mask)`` with
     x [time, batch, embed_dim]; causality is built in (``attn_mask``, the future mask, is
-    implied). Incremental state per layer: ``state`` [batch, heads, F, dv + 1] (S and z),
+    implied). Incremental state per layer: ``state`` [batch, heads, F, dv + 1] (S and z), or
+    while the prefix is short, ``keys`` and ``values`` [batch, heads, t, F / dv + 1] (the same sums
+    re-associated, :func:`.incremental.causal_decoding_step`, with their ``rows`` and spares),
     ``gate_logit`` [batch, heads] (logit of the last token, used when the next token starts a
     sentence), ``key_weight`` [batch, heads] (sgate-avg: the current sentence's weight) and
     the feature map's tensors (shared by every row, :meth:`decoding_features`).
@@ -223,35 +225,41 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
                 key_weight = keep if key_weight is None else key_weight * keep
                 if forget is not None:
                     forget = torch.where(keep.bool(), forget, torch.ones_like(forget))
-            out, buffer["state"] = causal_rfa_step(phi_q, phi_k, v, buffer.get("state"), forget, key_weight)
+            prefix = {name: buffer.get(name) for name in PREFIX_NAMES}
+            out = causal_decoding_step(phi_q, phi_k, v, prefix, forget, key_weight)
+            buffer.update(prefix)
         self._set_input_buffer(incremental_state, buffer)
         return self.out_proj(out.to(qkv.dtype).reshape(1, batch, self.embed_dim))
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         """Beam search: rows of every state tensor follow ``new_order`` (over batch*beam).
 
-        The state is the largest tensor of a decoding step and is gathered on every step: it
-        is gathered into the buffer the previous step left free (``spare``), so decoding does
-        not allocate (and page-fault) a fresh state per layer per token."""
+        The prefix is the largest tensor of a decoding step and is gathered on every step. A
+        state is gathered into the buffer the previous step left free (``spare_state``), so
+        decoding does not allocate (and page-fault) a fresh one per layer per token; keys and
+        values only record the rows to take (``rows``), which the next step gathers in the copy
+        that extends them (:func:`.incremental.causal_keys_step`)."""
         buffer = self._get_input_buffer(incremental_state)
-        if buffer:
-            spare = buffer.pop("spare", None)
-            rows = new_order.size(0)
-            for name, value in list(buffer.items()):
-                if value is None or name in DECODING_FEATURE_NAMES:  # one for every row
-                    continue
-                if name != "state" or value.requires_grad:
-                    buffer[name] = value.index_select(0, new_order)
-                    continue
-                # finished sentences only ever shrink the batch: the first rows of the spare do
-                fits = spare is not None and spare.shape[0] >= rows and spare.shape[1:] == value.shape[1:] \
-                    and spare.dtype == value.dtype and is_column_major(spare) == is_column_major(value)
-                buffer[name] = select_rows(value, new_order, out=spare[:rows] if fits else None)
-                spare = value
-            if spare is not None:
-                buffer["spare"] = spare
-            incremental_state = self._set_input_buffer(incremental_state, buffer)
-        return incremental_state
+        if not buffer:
+            return incremental_state
+        rows = new_order.size(0)
+        if buffer.get("keys") is not None:
+            taken = buffer.get("rows")
+            buffer["rows"] = new_order if taken is None else taken.index_select(0, new_order)
+        for name, value in list(buffer.items()):
+            if value is None or name in DECODING_FEATURE_NAMES or name.startswith("spare_") or \
+                    name in ("keys", "values", "rows"):
+                continue  # the feature map: one for every row; the keys: above
+            if name != "state" or value.requires_grad:
+                buffer[name] = value.index_select(0, new_order)
+                continue
+            spare = buffer.get("spare_state")
+            # finished sentences only ever shrink the batch: the first rows of the spare do
+            fits = spare is not None and spare.shape[0] >= rows and spare.shape[1:] == value.shape[1:] \
+                and spare.dtype == value.dtype and is_column_major(spare) == is_column_major(value)
+            buffer[name] = select_rows(value, new_order, out=spare[:rows] if fits else None)
+            buffer["spare_state"] = value
+        return self._set_input_buffer(incremental_state, buffer)
 
 
 @with_incremental_state
@@ -363,7 +371,14 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
                     columns = slice(int(present[0]), int(present[-1]) + 1)
                 weight = None if key_weight is None else key_weight[first:last, :, columns]
                 phi_k = self.features_of(k[first:last, :, columns], random_matrix)
-                stored[first:last] = weighted_values(v[first:last, :, columns], weight).transpose(-1, -2) @ phi_k
+                values = weighted_values(v[first:last, :, columns], weight).transpose(-1, -2)
+                if torch.is_grad_enabled() and (values.requires_grad or phi_k.requires_grad):
+                    stored[first:last] = values @ phi_k
+                    continue
+                # decoding: written straight into the summary, not copied there
+                torch.bmm(values.reshape(-1, values.size(-2), values.size(-1)),
+                          phi_k.reshape(-1, phi_k.size(-2), self.features),
+                          out=stored[first:last].view(-1, values.size(-2), self.features))
             return {"state": column_major_state(stored)}
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor] = None,
