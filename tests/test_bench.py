@@ -101,3 +101,25 @@ def test_ceiling_projects_like_an_attention_and_attends_to_nothing():
         # the source once per sentence: [source, sentences, dim], not once per beam or per step
         for projection in ("k_proj", "v_proj"):
             assert [tuple(shape[:2]) for shape in calls[f"{index}.encoder_attn.{projection}"]] == [(7, sentences)]
+
+
+def test_readout_bandwidth_times_one_readout_in_both_layouts_and_a_pass_over_its_memory(tmp_path, capsys):
+    from conftest import fp32_tolerance
+
+    from rfa_doc_mt.bench.readout_bandwidth import main
+
+    out = tmp_path / "readout.json"
+    assert main(["--sources", "3", "--heads", "2", "--features", "16", "--head-dim", "4", "--beams", "2",
+                 "--layers", "2", "--repeats", "2", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["shape"] == {"sources": 3, "heads": 2, "features": 16, "columns": 5, "beams": 2, "layers": 2}
+    assert result["summary_mb_per_layer"] == pytest.approx(3 * 2 * 16 * 5 * 4 / 1e6)
+    # the two layouts hold the same states: their readouts sum the same 16 products of standard
+    # normals (each below 25 in size with overwhelming probability) in different orders
+    assert result["max_difference_between_layouts"] <= fp32_tolerance(16, 25.0)
+    ms = result["ms_per_layer"]
+    assert set(ms) == {"readout_column_major", "readout_row_major", "plain_pass"} and min(ms.values()) > 0
+    for name, rate in result["gb_per_second"].items():
+        assert rate == pytest.approx(result["summary_mb_per_layer"] / ms[name])
+    assert result["readout_over_plain_pass"] == pytest.approx(ms["readout_column_major"] / ms["plain_pass"])
+    assert "readout / plain pass" in capsys.readouterr().out

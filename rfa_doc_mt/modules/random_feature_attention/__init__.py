@@ -37,9 +37,10 @@ The package, by form (DESIGN.md, "three forms, one truth"):
   ``chunk_size`` tokens, quadratic inside a chunk, the recurrent state between chunks; cross:
   the source summary, then a readout, the summary in whichever exact form costs less,
   :func:`.training.cross_rfa_summary`, in training and in decoding);
-* :mod:`.incremental`: one token and constant work per step, for beam search (cross attention
-  reads its cached source summary at every step; the features of a step come from
-  :class:`.features.DecodingFeatureMap`, one batched product over heads);
+* :mod:`.incremental`: one token and constant work per step, for beam search (a short causal
+  prefix is kept as its keys and values while that is less than the state, 32 tokens at the
+  paper's sizes; cross attention reads its cached source summary at every step; the features of
+  a step come from :class:`.features.DecodingFeatureMap`, one batched product over heads);
 * :mod:`.layers`: the attention modules that fairseq's layers call.
 
 The causal forms share one signature, ``(phi_q, phi_k, v, log_forget, key_weight,
