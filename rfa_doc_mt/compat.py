@@ -110,8 +110,20 @@ def _call_main_on_cpu_too(cfg, main, **kwargs):
     # fairseq spawns one process per visible GPU; on CPU, one per worker
     kwargs["start_rank"] = training.distributed_rank
     training.distributed_rank = None  # distributed_main assigns start_rank + process index
-    torch.multiprocessing.spawn(fn=distributed_utils.distributed_main, args=(main, cfg, kwargs),
+    torch.multiprocessing.spawn(fn=_distributed_main_and_tear_down, args=(main, cfg, kwargs),
                                 nprocs=training.distributed_world_size, join=True)
+
+
+def _distributed_main_and_tear_down(index: int, main, cfg, kwargs):
+    """One spawned worker: fairseq's ``distributed_main``, then the process group destroyed before
+    the worker exits. Left to the interpreter's exit, gloo's threads were at times torn down while
+    still running ("terminate called without an active exception"), and a finished, saved
+    training then ended with a failed worker."""
+    try:
+        distributed_utils.distributed_main(index, main, cfg, kwargs)
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 if not getattr(distributed_utils.call_main, "trains_on_cpu_too", False):

@@ -695,7 +695,7 @@ def test_decoding_keeps_a_short_prefix_as_keys_then_a_column_major_state():
     """Causal decoding keeps the prefix as its keys and values while that is less than the state
     (16 features, 8-wide heads: t (16 + 9) < 16 x 9 up to 5 tokens), then as the state, created
     column-major (state.py: the readout's faster order) and kept so through updates and beam
-    reorders; reorders move the keys' rows with the beams."""
+    reorders; reorders move the keys' rows with the beams; two buffers serve throughout."""
     module = _module_pair("none")
     generator = torch.Generator().manual_seed(15)
     x = torch.randn(8, 3, 16, generator=generator)
@@ -715,7 +715,9 @@ def test_decoding_keeps_a_short_prefix_as_keys_then_a_column_major_state():
                 module.reorder_incremental_state(state, order)
                 continue
             assert storages[2:] == storages[:3] and len(set(storages)) == 2
-            assert buffer["keys"] is None and buffer["values"] is None and buffer["spare_keys"] is None
+            assert buffer["keys"] is None and buffer["values"] is None and buffer["spare_prefix"] is None
+            # the state and its spare take over the keys' two buffers: nothing allocated or freed
+            assert {buffer[name].untyped_storage().data_ptr() for name in ("state", "spare_state")} == set(storages)
             assert is_column_major(buffer["state"])
             module.reorder_incremental_state(state, order)
             assert is_column_major(module._get_input_buffer(state)["state"])

@@ -9,7 +9,6 @@ and as the state after that (:func:`causal_rfa_step`, constant work per step).
 (:func:`.training.cross_rfa_summary`), read at every step (:func:`.training.cross_rfa_read`).
 """
 
-import math
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -21,7 +20,7 @@ from .training import keys_readout
 # what a decoding causal attention keeps of its prefix (causal_decoding_step): the state, or while
 # the prefix is short its keys and values, the rows of them that beam search's reorders chose since
 # the last step, and the buffers that the next extension of the keys is written into
-PREFIX_NAMES = ("state", "keys", "values", "rows", "spare_keys", "spare_values")
+PREFIX_NAMES = ("state", "keys", "values", "rows", "spare_prefix", "spare_state")
 
 
 def causal_rfa_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, state: Optional[Tensor],
@@ -68,10 +67,16 @@ def keys_capacity(features: int, columns: int) -> int:
     return max(0, (features * columns - 1) // (features + columns))
 
 
+def prefix_buffer_floats(batch: int, heads: int, features: int, columns: int) -> int:
+    """Size of one buffer of a decoding prefix (:func:`causal_decoding_step`): room for the keys
+    and values of the longest prefix kept as keys, and for the state that follows them."""
+    capacity = keys_capacity(features, columns)
+    return batch * heads * max(capacity * (features + columns), features * columns)
+
+
 def causal_keys_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, keys: Optional[Tensor], values: Optional[Tensor],
                      forget: Optional[Tensor] = None, key_weight: Optional[Tensor] = None,
-                     rows: Optional[Tensor] = None, spare: Optional[Tuple[Tensor, Tensor]] = None,
-                     capacity: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
+                     rows: Optional[Tensor] = None, spare: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """:func:`causal_rfa_step` with the prefix kept as its keys: the same sums, re-associated,
     ``(φ(q)·φ(K)ᵀ)·[v, 1]`` in place of ``φ(q)·S``. Returns out [batch, heads, dv] and the
     prefix with this token, keys [batch, heads, t + 1, F] and values [batch, heads, t + 1, dv + 1].
@@ -82,9 +87,9 @@ def causal_keys_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, keys: Optional[Ten
             contiguous; None: an empty prefix
         rows: [batch], the prefix row each row continues (beam search's reorders, applied in the
             same copy that extends the prefix); None: row i continues row i
-        spare: 1-D buffers to write the extended keys and values into when nothing needs a
-            gradient (decoding: the previous step's, so that no step allocates); too small or
-            None: new ones, with room for prefixes of ``capacity`` tokens
+        spare: a 1-D buffer to write the extended keys and values into when nothing needs a
+            gradient (decoding: the one the previous step left, so that no step allocates); too
+            small or None: a new one of :func:`prefix_buffer_floats`
     """
     batch, heads, features = phi_q.shape
     phi_k = phi_k.float()
@@ -101,20 +106,18 @@ def causal_keys_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, keys: Optional[Ten
         keys = key if keys is None else torch.cat([keys, key], dim=2)
         values = value if values is None else torch.cat([values, value], dim=2)
     else:
-        extended = []
-        for old, new, buffer in zip((keys, values), (key, value), spare or (None, None)):
-            shape = (batch, heads, length + 1, new.size(-1))
-            size = math.prod(shape)
-            if buffer is None or buffer.numel() < size:  # room for the longest prefix kept so
-                buffer = new.new_empty(max(size, batch * heads * capacity * new.size(-1)))
-            out = buffer[:size].view(shape)
+        columns = value.size(-1)
+        if spare is None or spare.numel() < batch * heads * (length + 1) * (features + columns):
+            spare = key.new_empty(max(prefix_buffer_floats(batch, heads, features, columns),
+                                      batch * heads * (length + 1) * (features + columns)))
+        extended = _prefix_views(spare, batch, heads, length + 1, features, columns)
+        for old, new, out in zip((keys, values), (key, value), extended):
             if old is not None:
                 if rows is None:
                     out[:, :, :length].copy_(old)
                 else:
                     torch.index_select(old, 0, rows, out=out[:, :, :length])
             out[:, :, length] = new[:, :, 0]
-            extended.append(out)
         keys, values = extended
         if gate is not None:
             keys[:, :, :length].mul_(gate)
@@ -122,10 +125,31 @@ def causal_keys_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, keys: Optional[Ten
     return normalised(out.squeeze(2)), keys, values
 
 
-def keys_to_state(keys: Tensor, values: Tensor) -> Tensor:
+def _prefix_views(buffer: Tensor, batch: int, heads: int, length: int, features: int,
+                  columns: int) -> Tuple[Tensor, Tensor]:
+    """Keys [batch, heads, length, F] and values [batch, heads, length, columns], contiguous, one
+    after the other at the start of a 1-D buffer."""
+    split = batch * heads * length * features
+    return (buffer[:split].view(batch, heads, length, features),
+            buffer[split:split + batch * heads * length * columns].view(batch, heads, length, columns))
+
+
+def _state_view(buffer: Tensor, batch: int, heads: int, features: int, columns: int) -> Tensor:
+    """A column-major state [batch, heads, F, columns] at the start of a 1-D buffer."""
+    return column_major_state(buffer[:batch * heads * columns * features].view(batch, heads, columns, features))
+
+
+def keys_to_state(keys: Tensor, values: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """The state of a prefix kept as its keys (:func:`causal_keys_step`): ``Σ φ(k) [v, 1]ᵀ``
-    [batch, heads, F, dv + 1], column-major (state.py)."""
-    return column_major_state(values.transpose(-1, -2) @ keys)
+    [batch, heads, F, dv + 1], column-major (state.py); ``out``: a column-major state to write it
+    into (not with autograd)."""
+    if out is None:
+        return column_major_state(values.transpose(-1, -2) @ keys)
+    batch, heads, length, features = keys.shape
+    columns = values.size(-1)
+    torch.bmm(values.reshape(-1, length, columns).transpose(1, 2), keys.reshape(-1, length, features),
+              out=out.transpose(-1, -2).view(-1, columns, features))
+    return out
 
 
 def causal_decoding_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, prefix: Dict[str, Optional[Tensor]],
@@ -136,33 +160,49 @@ def causal_decoding_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, prefix: Dict[s
     the keys and values (:func:`causal_keys_step`) while ``t (F + dv + 1) < F (dv + 1)`` for the
     ``t`` tokens read this step (reading, extending and reordering them then moves less memory
     than the state does), the state from then on, built once from the keys when the prefix
-    outgrows them. ``rows`` (beam search's reorders not yet applied to the keys) and the
-    ``spare_*`` buffers are as there. Arguments as :func:`causal_rfa_step`."""
+    outgrows them. ``rows`` are beam search's reorders not yet applied to the keys. In decoding
+    (no autograd) the prefix lives in two buffers that take turns, ``spare_prefix`` being the one
+    free: the keys, then the state and the spare that the next reorder gathers it into
+    (``spare_state``), so that memory is neither allocated nor freed while a batch decodes (freeing
+    and allocating buffers of a few MB every step raised the peak memory by 7%, through the
+    allocator). Arguments as :func:`causal_rfa_step`."""
     state, keys, values, rows = (prefix.get(name) for name in ("state", "keys", "values", "rows"))
     if state is None:
-        length, capacity = 0 if keys is None else keys.size(2), keys_capacity(phi_q.size(-1), v.size(-1) + 1)
-        if length < capacity:
-            spare = (prefix.get("spare_keys"), prefix.get("spare_values"))
+        features, columns = phi_q.size(-1), v.size(-1) + 1
+        length = 0 if keys is None else keys.size(2)
+        if length < keys_capacity(features, columns):
             out, new_keys, new_values = causal_keys_step(phi_q, phi_k, v, keys, values, forget, key_weight, rows,
-                                                         spare if spare[0] is not None else None, capacity)
-            # the old prefix's buffers are the next step's spares
-            prefix.update(keys=new_keys, values=new_values, rows=None,
-                          spare_keys=_flat(keys, new_keys), spare_values=_flat(values, new_values))
+                                                         prefix.get("spare_prefix"))
+            # the old prefix's buffer is the next step's spare
+            prefix.update(keys=new_keys, values=new_values, rows=None, spare_prefix=_flat(keys, new_keys))
             return out
         if keys is not None:
-            if rows is not None:
-                keys, values = keys.index_select(0, rows), values.index_select(0, rows)
-            state = keys_to_state(keys, values)
-        prefix.update(keys=None, values=None, rows=None, spare_keys=None, spare_values=None)
+            batch, heads = phi_q.shape[:2]
+            old, spare = _flat(keys, keys), prefix.get("spare_prefix")
+            if old is None:  # autograd
+                if rows is not None:
+                    keys, values = keys.index_select(0, rows), values.index_select(0, rows)
+                state = keys_to_state(keys, values)
+            else:
+                if spare is None or spare.numel() < prefix_buffer_floats(batch, heads, features, columns):
+                    spare = keys.new_empty(prefix_buffer_floats(batch, heads, features, columns))
+                if rows is not None:  # gathered into the spare, the state built in the keys' buffer
+                    gathered = _prefix_views(spare, batch, heads, length, features, columns)
+                    for tensor, out in zip((keys, values), gathered):
+                        torch.index_select(tensor, 0, rows, out=out)
+                    (keys, values), spare, old = gathered, old, spare
+                state = keys_to_state(keys, values, out=_state_view(spare, batch, heads, features, columns))
+                prefix["spare_state"] = _state_view(old, batch, heads, features, columns)
+        prefix.update(keys=None, values=None, rows=None, spare_prefix=None)
     out, prefix["state"] = causal_rfa_step(phi_q, phi_k, v, state, forget, key_weight)
     return out
 
 
 def _flat(old: Optional[Tensor], new: Tensor) -> Optional[Tensor]:
-    """The whole buffer behind a decoding prefix, 1-D, to be reused as a spare (None: none, or
-    one that autograd may still need)."""
-    if old is None or old.requires_grad or new.requires_grad or old.untyped_storage().data_ptr() == \
-            new.untyped_storage().data_ptr():
+    """The whole buffer behind a decoding prefix, 1-D, to be reused (None: none, or one that
+    autograd may still need)."""
+    if old is None or old.requires_grad or new.requires_grad or (
+            new is not old and old.untyped_storage().data_ptr() == new.untyped_storage().data_ptr()):
         return None
     return old.new_empty(0).set_(old.untyped_storage())
 
