@@ -475,6 +475,8 @@ def parsed_config(corpus, tmp_path, *extra):
 def test_compat_spawns_one_gloo_process_per_worker_without_cuda(corpus, tmp_path, monkeypatch):
     from fairseq.distributed import utils as distributed_utils
 
+    from rfa_doc_mt import compat
+
     spawned = {}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.multiprocessing, "spawn", lambda fn, args, nprocs, join: spawned.update(
@@ -482,10 +484,35 @@ def test_compat_spawns_one_gloo_process_per_worker_without_cuda(corpus, tmp_path
     for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"):
         monkeypatch.delenv(name, raising=False)
     distributed_utils.call_main(parsed_config(corpus, tmp_path), main=None)
-    assert spawned["fn"] is distributed_utils.distributed_main and spawned["nprocs"] == 2
+    assert spawned["fn"] is compat._distributed_main_and_tear_down and spawned["nprocs"] == 2
     training = spawned["cfg"].distributed_training
     assert training.distributed_backend == "gloo"
     assert training.distributed_init_method.startswith("tcp://localhost:")
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_spawned_worker_destroys_its_process_group_when_it_ends(monkeypatch, fails):
+    """A spawned CPU worker runs fairseq's distributed_main and then destroys its process group,
+    also when training raised (left to the interpreter's exit, gloo's teardown once killed a worker
+    whose training had finished)."""
+    from rfa_doc_mt import compat
+
+    events = []
+
+    def distributed_main(index, main, cfg, kwargs):
+        events.append(("main", index, cfg, kwargs))
+        if fails:
+            raise RuntimeError("training failed")
+
+    monkeypatch.setattr(compat.distributed_utils, "distributed_main", distributed_main)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "destroy_process_group", lambda: events.append(("destroyed",)))
+    if fails:
+        with pytest.raises(RuntimeError, match="training failed"):
+            compat._distributed_main_and_tear_down(1, None, "cfg", {"start_rank": 0})
+    else:
+        compat._distributed_main_and_tear_down(1, None, "cfg", {"start_rank": 0})
+    assert events == [("main", 1, "cfg", {"start_rank": 0}), ("destroyed",)]
 
 
 def test_compat_follows_torchrun_without_cuda(corpus, tmp_path, monkeypatch):
