@@ -123,3 +123,34 @@ def test_readout_bandwidth_times_one_readout_in_both_layouts_and_a_pass_over_its
         assert rate == pytest.approx(result["summary_mb_per_layer"] / ms[name])
     assert result["readout_over_plain_pass"] == pytest.approx(ms["readout_column_major"] / ms["plain_pass"])
     assert "readout / plain pass" in capsys.readouterr().out
+
+
+def test_decode_breakdown_times_each_decoder_part_and_restores_the_model():
+    """The per-part timing of a decoding batch: every attention, its cache reordering (beam
+    search reorders at every step), the feed-forward layers and the output projection are timed,
+    the parts never add up to more than the forward time, and the model's modules are their own
+    again afterwards."""
+    import torch
+    from conftest import build_model
+
+    import rfa_doc_mt  # noqa: F401  (registers the models)
+    from rfa_doc_mt.bench.decode_breakdown import timed_parts
+    from rfa_doc_mt.bench.decode_speed import Timer, forced_length_beam_search
+    from rfa_doc_mt.models.build import dictionary_task, toy_dictionary
+
+    dictionary, separator = toy_dictionary(20)
+    model = build_model("rfa_doc_transformer_tiny", dictionary_task(dictionary, separator),
+                        "--encoder-layers", "1", "--decoder-layers", "2", "--dropout", "0").eval()
+    generator = torch.Generator().manual_seed(4)
+    sample = {"net_input": {"src_tokens": torch.randint(4, 24, (3, 6), generator=generator),
+                            "src_lengths": torch.full((3,), 6)},
+              "target": torch.randint(4, 24, (3, 5), generator=generator)}
+    timer = Timer("cpu")
+    with timed_parts(model) as seconds:
+        forced_length_beam_search(model, sample, 4, dictionary.pad(), dictionary.eos(), timer)
+    assert set(seconds) == {"self", "self.reorder", "cross", "cross.reorder", "feed-forward", "output projection"}
+    assert min(seconds.values()) > 0 and sum(seconds.values()) < timer.forward_seconds
+    layer = model.decoder.layers[0]
+    for module in (layer.self_attn, layer.encoder_attn, layer.fc1, model.decoder.output_projection):
+        assert "forward" not in vars(module)
+    assert "reorder_incremental_state" not in vars(layer.encoder_attn)

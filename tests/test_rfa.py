@@ -37,14 +37,19 @@ from rfa_doc_mt.modules.random_feature_attention import (
     split_state,
 )
 from rfa_doc_mt.modules.random_feature_attention import layers as rfa_layers
-from rfa_doc_mt.modules.random_feature_attention.features import DecodingFeatureMap, feature_map_function, unit_vectors
+from rfa_doc_mt.modules.random_feature_attention.features import (
+    DecodingFeatureMap,
+    feature_map_function,
+    projection_of,
+    unit_vectors,
+)
 from rfa_doc_mt.modules.random_feature_attention.state import (
     column_major_state,
     is_column_major,
     select_rows,
     state_readout,
 )
-from rfa_doc_mt.modules.random_feature_attention.training import keys_readout
+from rfa_doc_mt.modules.random_feature_attention.training import fourier_keys_numerator, keys_readout
 from rfa_doc_mt.modules.sentences import sentence_ids, sentence_starts
 
 PAD, EOS, SEP = 1, 2, 3
@@ -163,6 +168,66 @@ def test_fourier_features_and_their_gradients_follow_the_formula():
         # angles, head_dim (x) or projections x time x batch (τ) more, each of the angle's size
         terms = 2 * projections + (head_dim if name == "x" else projections * x.numel() // head_dim)
         assert_fp32_close(got, want, terms, angle_size * weights.abs().max().item(), f"gradient of {name}")
+
+
+def test_unit_vectors_and_their_gradient_follow_x_over_its_norm():
+    """The unit vectors' own backward against autograd through x / max(|x|, 1e-6), from a permuted
+    input, with one zero vector and one whose norm is below the floor (its gradient is g / 1e-6:
+    no component along the vector is removed)."""
+    generator = torch.Generator().manual_seed(5)
+    head_dim = 16
+    x = 3 * torch.randn(4, 6, head_dim, generator=generator)
+    x[1, 2] = 0.0
+    x[2, 3] *= 1e-7 / x[2, 3].norm()  # below the floor: units of norm 0.1
+    x = x.permute(1, 0, 2).requires_grad_()
+    units = unit_vectors(x)
+    assert units.is_contiguous() and units.shape == x.shape
+    expected = x / x.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+    # one division of a norm summed over head_dim squares
+    assert_fp32_close(units, expected, head_dim + 2, 1.0, "unit vectors")
+    weights = torch.randn(units.shape, generator=generator)
+    want, got = (torch.autograd.grad((u * weights).sum(), x)[0] for u in (expected, units))
+    floored = x.detach().norm(dim=-1) < 1e-6
+    assert int(floored.sum()) == 2
+    # regular rows: (g - u (u·g)) / |x|, a head_dim sum of terms of size |g| / |x|
+    size = weights.abs().max().item() / x.detach().norm(dim=-1)[~floored].min().item()
+    assert_fp32_close(got[~floored], want[~floored], 2 * head_dim + 4, size, "gradient, regular rows")
+    assert_fp32_close(got[floored], want[floored], 2, weights.abs().max().item() * 1e6, "gradient, floored rows")
+    assert torch.allclose(want[floored], weights[floored] / 1e-6)
+
+
+def test_keys_read_one_head_at_a_time_equals_the_two_step_form():
+    """Cross attention's training read through the keys with the Fourier map, its features made
+    and used one head at a time (fourier_keys_numerator, with its own backward), against the
+    layer's features followed by keys_readout: values and the gradients of queries, keys,
+    weighted values and a learned τ."""
+    generator = torch.Generator().manual_seed(6)
+    heads, head_dim, projections, batch, time, source = 2, 8, 16, 3, 5, 7
+    matrix = orthogonal_random_matrices(generator, 1, heads, projections, head_dim)[0]
+    tau = torch.tensor([0.7, 1.3], requires_grad=True)
+    q = (2 * torch.randn(batch, heads, time, head_dim, generator=generator)).requires_grad_()
+    k = (2 * torch.randn(batch, heads, source, head_dim, generator=generator)).requires_grad_()
+    values = torch.randn(batch, heads, source, head_dim + 1, generator=generator).requires_grad_()
+    two_step = keys_readout(random_fourier_features(q, matrix, tau), random_fourier_features(k, matrix, tau), values)
+    fused = fourier_keys_numerator(unit_vectors(q.transpose(0, 1)), unit_vectors(k.transpose(0, 1)),
+                                   values.transpose(0, 1), projection_of(matrix, tau)).transpose(0, 1)
+    assert fused.shape == two_step.shape == (batch, heads, time, head_dim + 1)
+    # a score sums 2 x projections feature products (each 1/D-sized, angles of size |w|/τ from
+    # head_dim products), a numerator source scores times values
+    angle_size = (matrix.norm(dim=-1).max() / tau.min()).item()
+    size = angle_size * values.abs().max().item()
+    assert_fp32_close(fused, two_step, head_dim + 2 * projections + source, size, "numerator")
+    weights = torch.randn(two_step.shape, generator=generator)
+    inputs = (q, k, values, tau)
+    want, got = (torch.autograd.grad((out * weights).sum(), inputs) for out in (two_step, fused))
+    size *= weights.abs().max().item()
+    for name, expected, actual in zip(("q", "k", "values", "tau"), want, got):
+        # through the scores (time or source of them, 2 x projections features each) into the
+        # angles (head_dim), and for τ summed over every query and key of the batch
+        terms = 2 * projections + head_dim + time + source
+        if name == "tau":
+            terms += projections * batch * (time + source)
+        assert_fp32_close(actual, expected, terms, size, f"gradient of {name}")
 
 
 @pytest.mark.parametrize("name", ["fourier", "positive"])

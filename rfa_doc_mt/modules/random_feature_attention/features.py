@@ -21,6 +21,8 @@ RANDOM_MATRIX_BANK_SIZE = 16
 # τ is clamped here so that a learned temperature can never divide by ~0.
 MIN_TAU = 0.05
 FEATURE_MAPS = ("fourier", "positive")
+# Norms below this are floored before inputs are made unit vectors (a zero input stays zero).
+UNIT_NORM_FLOOR = 1e-6
 
 
 def orthogonal_random_matrices(generator: torch.Generator, count: int, num_heads: int, num_projections: int,
@@ -127,7 +129,7 @@ def module_seed(base_seed: int, layer_index: int, role: str) -> int:
 
 
 def l2_normalise(x: Tensor) -> Tensor:
-    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(UNIT_NORM_FLOOR)
 
 
 def projection_of(random_matrix: Tensor, tau: Optional[Tensor]) -> Tensor:
@@ -145,31 +147,82 @@ def _project(x: Tensor, projection: Tensor) -> Tensor:
 
 
 class _FourierFeatures(torch.autograd.Function):
-    """``[sin(P), cos(P)] · scale`` whose backward reads its own output.
+    """``[sin(P), cos(P)] · scale`` with ``P = x̂ Wᵀ`` (per head), whose backward reads its own output.
 
     d(s·sin P)/dP = s·cos P and d(s·cos P)/dP = -s·sin P are the output's two halves, swapped:
     the backward needs no sine or cosine and nothing but the output, which the attention's
     matrix products keep for their own backward anyway. Autograd's ``sin``/``cos`` would keep P
     too (half the features' size, per query and key of every layer) and evaluate both functions
-    again."""
+    again.
+
+    The projection is part of the function, and both directions go one head at a time: a head's
+    P (or its gradient) is computed into one small buffer, turned into that head's features (or
+    the gradients of its unit vectors and projection) while it is still in cache, and the buffer
+    serves the next head. No tensor of P's size is allocated: at the paper's cross-attention size
+    (512 features) P is half the features, and every fresh allocation that large is new memory
+    the CPU must fault in, twice per step and module."""
 
     @staticmethod
-    def forward(ctx, projected: Tensor, scale: float) -> Tensor:
-        half = projected.size(-1)
-        features = projected.new_empty(projected.shape[:-1] + (2 * half,))
-        torch.sin(projected, out=features[..., :half])
-        torch.cos(projected, out=features[..., half:])
-        features.mul_(scale)
-        ctx.save_for_backward(features)
+    def forward(ctx, units: Tensor, projection: Tensor, scale: float) -> Tensor:
+        """units [heads, ..., time, head_dim] (heads first, contiguous) → [..., heads, time, 2D]."""
+        heads, count, dim = projection.shape
+        _, *lead, time, _ = units.shape
+        rows = units.view(heads, -1, dim)
+        features = units.new_empty(*lead, heads, time, 2 * count)
+        halves = features.movedim(-3, 0)  # heads first, as the units
+        weight = projection.transpose(1, 2)
+        angles = units.new_empty(rows.size(1), count)  # one head's P at a time
+        for head in range(heads):
+            torch.mm(rows[head], weight[head], out=angles)
+            head_angles = angles.view(*lead, time, count)
+            torch.sin(head_angles, out=halves[head, ..., :count])
+            torch.cos(head_angles, out=halves[head, ..., count:])
+            halves[head].mul_(scale)
+        ctx.save_for_backward(features, rows, projection)
         return features
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):
-        (features,) = ctx.saved_tensors
-        half = features.size(-1) // 2
-        scaled_sin, scaled_cos = features[..., :half], features[..., half:]
-        return grad[..., :half] * scaled_cos - grad[..., half:] * scaled_sin, None
+        features, rows, projection = ctx.saved_tensors
+        heads, count, dim = projection.shape
+        grad, features = grad.movedim(-3, 0), features.movedim(-3, 0)  # heads first
+        want_units, want_projection = ctx.needs_input_grad[:2]
+        grad_units = rows.new_empty(rows.shape) if want_units else None
+        grad_projection = projection.new_empty(projection.shape) if want_projection else None
+        angle_grad = rows.new_empty(rows.size(1), count)  # one head's dP at a time
+        head_grad = angle_grad.view(features.shape[1:-1] + (count,))
+        for head in range(heads):
+            scaled_sin, scaled_cos = features[head, ..., :count], features[head, ..., count:]
+            torch.mul(grad[head, ..., :count], scaled_cos, out=head_grad)
+            head_grad.addcmul_(grad[head, ..., count:], scaled_sin, value=-1)
+            if want_units:
+                torch.mm(angle_grad, projection[head], out=grad_units[head])
+            if want_projection:
+                torch.mm(angle_grad.t(), rows[head], out=grad_projection[head])
+        if want_units:
+            grad_units = grad_units.view(features.shape[:-1] + (dim,))
+        return grad_units, grad_projection, None
+
+
+def fourier_rows(units: Tensor, projection: Tensor, scale: float) -> Tensor:
+    """One head's Fourier features, no gradient: units [..., n, head_dim] (contiguous), its
+    projection (W/τ) [D, head_dim] → ``[sin P, cos P] · scale`` [..., n, 2D] with ``P = units Wᵀ``."""
+    dim = units.size(-1)
+    angles = torch.mm(units.reshape(-1, dim), projection.t())
+    count = angles.size(-1)
+    features = angles.new_empty(angles.size(0), 2 * count)
+    torch.sin(angles, out=features[:, :count])
+    torch.cos(angles, out=features[:, count:])
+    return features.mul_(scale).view(units.shape[:-1] + (2 * count,))
+
+
+def fourier_angle_grad(grad: Tensor, features: Tensor) -> Tensor:
+    """The gradient of the angles P from that of their features ``[s sin P, s cos P]`` (both
+    [..., 2D]), read from the features themselves: ``g_sin · s cos P - g_cos · s sin P``, [rows, D]."""
+    count = features.size(-1) // 2
+    angles = torch.mul(grad[..., :count], features[..., count:])
+    return angles.addcmul_(grad[..., count:], features[..., :count], value=-1).reshape(-1, count)
 
 
 def random_fourier_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None) -> Tensor:
@@ -177,8 +230,9 @@ def random_fourier_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tens
 
     φ(x)·φ(y) = mean_i cos(w_i·(x̂ - ŷ)/τ) ≈ exp(-|x̂ - ŷ|²/2τ²) = exp((x̂·ŷ - 1)/τ²).
     """
-    projected = _project(x, projection_of(random_matrix, tau))
-    return _FourierFeatures.apply(projected, 1.0 / math.sqrt(projected.size(-1)))
+    projection = projection_of(random_matrix, tau).float()
+    units = unit_vectors(x.movedim(-3, 0))  # heads first: the layout of the projection's product
+    return _FourierFeatures.apply(units, projection, 1.0 / math.sqrt(projection.size(-2)))
 
 
 def positive_random_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None) -> Tensor:
@@ -247,14 +301,36 @@ class DecodingFeatureMap:
         return features.mul_(scale)
 
 
+class _UnitVectors(torch.autograd.Function):
+    """``x / |x|`` (norms floored at 1e-6) written contiguous in x's dimension order, whose
+    backward is ``(g - u (u·g)) / |x|`` in three passes (autograd's division and norm take about
+    eight over tensors of x's size); below the floor the norm is a constant and the gradient ``g / 1e-6``."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+        floored = norms < UNIT_NORM_FLOOR
+        norms = norms.clamp_min(UNIT_NORM_FLOOR)
+        units = torch.div(x, norms, out=x.new_empty(x.shape))
+        ctx.save_for_backward(units, norms, floored)
+        return units
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        units, norms, floored = ctx.saved_tensors
+        along = (units * grad).sum(-1, keepdim=True).masked_fill_(floored, 0.0)
+        return torch.addcmul(grad, units, along, value=-1).div_(norms)
+
+
 def unit_vectors(x: Tensor) -> Tensor:
     """``x / |x|`` over the last dimension (as :func:`l2_normalise`), fp32, contiguous in x's
     dimension order: pass x permuted to the layout wanted (e.g. heads first), and the division
-    writes it, with no copy before or after."""
+    writes it, with no copy before or after. Differentiable (:class:`_UnitVectors`)."""
     x = x.float()
-    norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(1e-6)
-    if torch.is_grad_enabled() and x.requires_grad:  # out= has no gradient
-        return (x / norms).contiguous()
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _UnitVectors.apply(x)
+    norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(UNIT_NORM_FLOOR)
     return torch.div(x, norms, out=x.new_empty(x.shape))
 
 

@@ -18,11 +18,12 @@ from .features import (
     feature_map_function,
     feature_size,
     norm_rescale_weights,
+    projection_of,
     unit_vectors,
 )
 from .gates import GATE_VARIANTS, final_key_weights, sentence_gates
 from .incremental import PREFIX_NAMES, causal_decoding_step
-from .state import column_major_state, is_column_major, select_rows
+from .state import column_major_state, is_column_major, normalised, select_rows
 from .training import (
     CHUNK_SIZE,
     cheapest_chunk_size,
@@ -30,6 +31,7 @@ from .training import (
     cross_rfa_read,
     cross_rfa_state,
     cross_rfa_summary,
+    fourier_keys_numerator,
     keys_form_is_cheaper,
     weighted_values,
 )
@@ -393,7 +395,12 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
         if incremental_state is None:
             random_matrix = self.random_matrices()
             starts = self.handed_or_none("sentence_starts")
-            summary = cross_rfa_summary(*self._source_keys(key, key_padding_mask, random_matrix, starts), reads=time)
+            k, v, key_weight = self._source_projections(key, key_padding_mask, starts)
+            if self.feature_map == "fourier" and \
+                    keys_form_is_cheaper(k.size(2), self.features, self.head_dim + 1, reads=time):
+                return self.out_proj(self._fourier_keys_read(query, k, v, key_weight, random_matrix)), None
+            with full_precision(key):
+                summary = cross_rfa_summary(self.features_of(k, random_matrix), v, key_weight, reads=time)
             return self.out_proj(self._read(query, summary, random_matrix=random_matrix)), None
         # decoding is inference: the fixed evaluation matrix, whatever the mode
         buffer = self._get_input_buffer(incremental_state)
@@ -414,6 +421,23 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
             self._set_input_buffer(incremental_state, buffer)
         out = self._read(query, summary, rows=buffer.get("rows"), feature_map=self.decoding_features(buffer))
         return self.out_proj(out), None
+
+    def _fourier_keys_read(self, query: Tensor, k: Tensor, v: Tensor, key_weight: Optional[Tensor],
+                           random_matrix: Tensor) -> Tensor:
+        """The training form's read through the source's keys with the Fourier map
+        (:func:`.training.fourier_keys_numerator`: features made and used one head at a time):
+        query [time, batch, embed_dim], k and v [batch, heads, source, head_dim] and the keys'
+        weights (as :meth:`_source_projections`) → [time, batch, embed_dim]."""
+        time, batch, _ = query.shape
+        q = self.q_proj(query)
+        with full_precision(query):
+            q_units = unit_vectors(q.view(time, batch, self.num_heads, self.head_dim).permute(2, 1, 0, 3))
+            k_units = unit_vectors(k.transpose(0, 1))
+            values = weighted_values(v, key_weight).transpose(0, 1)
+            projection = projection_of(random_matrix, self.tau).float()
+            out = normalised(fourier_keys_numerator(q_units, k_units, values, projection))  # heads first
+            out = out.permute(2, 1, 0, 3).reshape(time, batch, self.embed_dim)
+        return out.to(q.dtype)
 
     def _read(self, query: Tensor, summary: Dict[str, Tensor], rows: Optional[Tensor] = None,
               random_matrix: Optional[Tensor] = None, feature_map: Optional[DecodingFeatureMap] = None) -> Tensor:

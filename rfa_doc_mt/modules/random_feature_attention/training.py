@@ -1,11 +1,13 @@
 """Training forms of RFA: linear in time and memory, differentiable (same signatures as
 :mod:`.reference`)."""
 
+import math
 from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
 
+from .features import fourier_angle_grad, fourier_rows
 from .state import normalised, state_readout, with_ones
 
 # Training-form chunk length: quadratic work inside a chunk, recurrent state between chunks.
@@ -140,6 +142,69 @@ def cross_rfa_summary(phi_k: Tensor, v: Tensor, key_weight: Optional[Tensor] = N
     if keys_form_is_cheaper(phi_k.size(-2), phi_k.size(-1), v.size(-1) + 1, reads):
         return {"keys": phi_k.float().contiguous(), "values": weighted_values(v, key_weight).contiguous()}
     return {"state": cross_rfa_state(phi_k, v, key_weight)}
+
+
+class _FourierKeysNumerator(torch.autograd.Function):
+    """Cross RFA's keys form with the Fourier map, one head at a time (see :func:`fourier_keys_numerator`)."""
+
+    @staticmethod
+    def forward(ctx, q_units: Tensor, k_units: Tensor, values: Tensor, projection: Tensor, scale: float) -> Tensor:
+        heads = projection.size(0)
+        numerator = values.new_empty(q_units.shape[:-1] + values.shape[-1:])
+        kept = []
+        for head in range(heads):
+            phi_q = fourier_rows(q_units[head], projection[head], scale)
+            phi_k = fourier_rows(k_units[head], projection[head], scale)
+            scores = torch.bmm(phi_q, phi_k.transpose(1, 2))
+            torch.bmm(scores, values[head], out=numerator[head])
+            kept += [phi_q, phi_k, scores]
+        ctx.save_for_backward(q_units, k_units, values, projection, *kept)
+        return numerator
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        q_units, k_units, values, projection, *kept = ctx.saved_tensors
+        want_q, want_k, want_values, want_projection = ctx.needs_input_grad[:4]
+        grad_q = torch.empty_like(q_units) if want_q else None
+        grad_k = torch.empty_like(k_units) if want_k else None
+        grad_values = torch.empty_like(values) if want_values else None
+        grad_projection = torch.zeros_like(projection) if want_projection else None
+        dim = projection.size(-1)
+        for head in range(projection.size(0)):
+            phi_q, phi_k, scores = kept[3 * head:3 * head + 3]
+            if want_values:
+                torch.bmm(scores.transpose(1, 2), grad[head], out=grad_values[head])
+            if not (want_q or want_k or want_projection):
+                continue
+            grad_scores = torch.bmm(grad[head], values[head].transpose(1, 2))
+            for units, features, others, scores_grad, out in (
+                    (q_units, phi_q, phi_k, grad_scores, grad_q),
+                    (k_units, phi_k, phi_q, grad_scores.transpose(1, 2), grad_k)):
+                if out is None and not want_projection:
+                    continue
+                angles = fourier_angle_grad(torch.bmm(scores_grad, others), features)
+                if out is not None:
+                    torch.mm(angles, projection[head], out=out[head].view(-1, dim))
+                if want_projection:
+                    grad_projection[head].addmm_(angles.t(), units[head].reshape(-1, dim))
+        return grad_q, grad_k, grad_values, grad_projection, None
+
+
+def fourier_keys_numerator(q_units: Tensor, k_units: Tensor, values: Tensor, projection: Tensor) -> Tensor:
+    """``(φ(q)·φ(K)ᵀ)·[w v, w]`` for the Fourier map, from unit vectors laid out heads first:
+    q_units [heads, batch, time, head_dim], k_units [heads, batch, source, head_dim], values
+    [heads, batch, source, dv + 1] (weighted, :func:`weighted_values`), projection (W/τ)
+    [heads, D, head_dim] → [heads, batch, time, dv + 1], before the normalisation.
+
+    The same sums as :func:`random_fourier_features` followed by :func:`keys_readout`, computed
+    one head at a time in both directions: a head's features, scores and their gradients are a
+    few MB that stay in cache between the products that make and use them, where the whole
+    layer's are hundreds of MB (4100 tokens of 512 features, twice, and their gradients), each
+    a fresh allocation the CPU must fault in on every step. Keeps what the two-step form keeps
+    for the backward pass (every head's features and scores)."""
+    scale = 1.0 / math.sqrt(projection.size(-2))
+    return _FourierKeysNumerator.apply(q_units, k_units, values.contiguous(), projection, scale)
 
 
 def keys_form_is_cheaper(source: int, features: int, columns: int, reads: Optional[int] = None) -> bool:
