@@ -16,16 +16,25 @@ __version__ = "0.1.0"
 LIGHT_TOOLS = ("rfa_doc_mt.generation.collect", "rfa_doc_mt.scoring.bleu", "rfa_doc_mt.reproduce")
 
 
-def _started_as_light_tool() -> bool:
+# modules whose `python -m` run keeps standard error for its own progress and warnings
+QUIET_TOOLS = ("rfa_doc_mt.generation.translate",)
+
+
+def _started_as(tools) -> bool:
     # While `python -m PACKAGE.MODULE` imports PACKAGE, sys.argv[0] is "-m" (Python's documented
     # behaviour); sys.orig_argv holds the command line as given.
     if sys.argv[:1] != ["-m"]:
         return False
     argv = getattr(sys, "orig_argv", [])
-    return "-m" in argv[:-1] and argv[argv.index("-m") + 1] in LIGHT_TOOLS
+    return "-m" in argv[:-1] and argv[argv.index("-m") + 1] in tools
 
 
-if not _started_as_light_tool():
+if _started_as(QUIET_TOOLS):
+    import logging
+
+    logging.getLogger("fairseq").setLevel(logging.WARNING)  # its INFO lines on import and set-up
+
+if not _started_as(LIGHT_TOOLS):
     # isort: off
     from . import compat  # noqa: F401  (first: adapts fairseq to this torch before anything loads)
     from . import tasks, models, optim  # noqa: F401

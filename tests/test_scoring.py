@@ -78,3 +78,21 @@ def test_consistency_accuracy_on_a_hand_made_file(tmp_path):
 def test_consistency_needs_one_loss_per_candidate():
     with pytest.raises(ValueError):
         accuracy_report([contrastive_example(0, 1)], [[0.1, 0.2, 0.3]])
+
+
+def test_document_files_are_scored_by_their_own_boundaries(tmp_path):
+    """Translations written by translate.sh (<d> lines) against references with empty lines
+    between documents: the same scores as one sentence a line with a .docs file; sides whose
+    documents disagree are refused."""
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text("<d>\n" + "\n".join(HYPOTHESES[:3]) + "\n<d>\n" + "\n".join(HYPOTHESES[3:]) + "\n")
+    ref = tmp_path / "ref.txt"
+    ref.write_text("\n".join(REFERENCES[:3]) + "\n\n" + "\n".join(REFERENCES[3:]) + "\n")
+    scores = bleu.main(["--hyp", str(hyp), "--ref", str(ref)])
+    expected = bleu.sentence_and_document_bleu(HYPOTHESES, REFERENCES, DOCUMENTS)
+    assert scores["s_bleu"].score == pytest.approx(expected["s_bleu"].score)
+    assert scores["d_bleu"].score == pytest.approx(expected["d_bleu"].score)
+    assert expected["d_bleu"].score != pytest.approx(expected["s_bleu"].score)
+    ref.write_text("\n".join(REFERENCES[:2]) + "\n\n" + "\n".join(REFERENCES[2:]) + "\n")
+    with pytest.raises(DataError, match="disagree on where a document starts"):
+        bleu.main(["--hyp", str(hyp), "--ref", str(ref)])

@@ -1,5 +1,7 @@
 """Prepare corpora for the ``doc_translation`` task.
 
+    python -m rfa_doc_mt.data.prepare text --source-lang S --target-lang T --out DIR --train SRC TGT
+        [--valid SRC TGT] [--test SRC TGT] [--{train,valid,test}-docids FILE] [--bpe-size 30000]
     python -m rfa_doc_mt.data.prepare iwslt15 --wit3-dir DIR --out DIR [--bpe-size 30000]
     python -m rfa_doc_mt.data.prepare opensubtitles --data-dir DIR --out DIR [--bpe-size 30000]
     python -m rfa_doc_mt.data.prepare consistency --json FILE [FILE ...] --prep DIR --out DIR
@@ -46,6 +48,8 @@ from .io import (
     write_docs,
     write_lines,
 )
+from .plain_text import DOCUMENT_MARK, check_parallel_text, read_documents
+from .plain_text import FORMATS as DOCUMENT_FORMS
 from .text import (
     FIRST_WORD_TRUECASING,
     JIEBA_LANGUAGES,
@@ -239,8 +243,8 @@ def preprocess_sentences(sentences: Sequence[str], lang: str, tokenizer: str, tr
 
 def tokenize_corpus(stage: str, splits: Dict[str, Tuple[List[TextDocument], List[TextDocument]]],
                     languages: Tuple[str, str], tokenizers: Dict[str, str], learn_split: str,
-                    workers: int) -> Dict[str, str]:
-    """Write ``raw/{split}.{lang}``; returns the truecasing model file of each truecased language."""
+                    workers: int, truecased: Sequence[str]) -> Dict[str, str]:
+    """Write ``raw/{split}.{lang}``; returns the truecasing model file of each language in ``truecased``."""
     raw = os.path.join(stage, "raw")
     truecase_models = {}
     for side, lang in enumerate(languages):
@@ -249,7 +253,7 @@ def tokenize_corpus(stage: str, splits: Dict[str, Tuple[List[TextDocument], List
             sentences = [sentence for document in documents[side] for sentence in document.sentences]
             log(f"tokenizing {split}.{lang} ({tokenizers[lang]}, {len(sentences)} sentences)")
             tokenized[split] = preprocess_sentences(sentences, lang, tokenizers[lang], None, workers, f"{split}.{lang}")
-        if uses_truecasing(lang):
+        if lang in truecased:
             model_name = f"truecase.{lang}.model"
             log(f"training the {lang} truecaser on {learn_split}.{lang}")
             # sacremoses parallelizes per sentence through joblib: slower than one process
@@ -420,9 +424,11 @@ def count_summary(documents: Sequence[TextDocument]) -> dict:
 def prepare_parallel_corpus(corpus: str, splits: Dict[str, Tuple[List[TextDocument], List[TextDocument]]],
                             split_files: Dict[str, List[str]], out: str, source_lang: str, target_lang: str,
                             tokenizers: Dict[str, str], bpe_size: int, workers: int, command: str,
-                            force: bool = False, split_origins: Optional[Dict[str, str]] = None) -> dict:
+                            force: bool = False, split_origins: Optional[Dict[str, str]] = None,
+                            truecased: Optional[Sequence[str]] = None, extra: Optional[dict] = None) -> dict:
     """Steps 1-4 for documents already read and checked; returns prep.json's content.
-    ``split_origins``: what each split holds, in words (recorded in prep.json)."""
+    ``split_origins``: what each split holds, in words (recorded in prep.json); ``truecased``:
+    the languages to truecase (default: :func:`uses_truecasing`); ``extra``: more prep.json fields."""
     if bpe_size < 1:
         raise DataError(f"--bpe-size must be positive, got {bpe_size}")
     learn_split = "train" if "train" in splits else "valid"
@@ -431,13 +437,15 @@ def prepare_parallel_corpus(corpus: str, splits: Dict[str, Tuple[List[TextDocume
     if learn_split != "train":
         log("note: no train split: BPE and truecasing are learned on the valid split")
     languages = (source_lang, target_lang)
+    if truecased is None:
+        truecased = [lang for lang in languages if uses_truecasing(lang)]
     with staged_output(out, PREP_FILE, force=force) as stage:
         for split, (source, target) in splits.items():
             write_docs(os.path.join(stage, "raw", f"{split}.docs"),
                        [Document(d.name, len(d.sentences)) for d in source])
             write_lines(os.path.join(stage, f"{split}.ref.{target_lang}"),
                         [sentence for document in target for sentence in document.sentences])
-        truecase_models = tokenize_corpus(stage, splits, languages, tokenizers, learn_split, workers)
+        truecase_models = tokenize_corpus(stage, splits, languages, tokenizers, learn_split, workers, truecased)
 
         log(f"learning joint BPE (sentencepiece, size {bpe_size}) on {learn_split}.{source_lang} + "
             f"{learn_split}.{target_lang}")
@@ -478,6 +486,7 @@ def prepare_parallel_corpus(corpus: str, splits: Dict[str, Tuple[List[TextDocume
             "dictionary_from": ["spm.vocab"],
             "references": {split: f"{split}.ref.{target_lang}" for split in ordered_splits},
             "command": command,
+            **(extra or {}),
         }
         write_prep(stage, prep)
     return prep
@@ -564,8 +573,9 @@ class CorpusSentenceProcessor:
         return self.encoder(processed) if self.encoder else processed
 
 
-def contrastive_processors(prep_dir: str, prep: dict) -> List[CorpusSentenceProcessor]:
-    """Source and target sentence processors of the corpus described by ``prep``."""
+def corpus_processors(prep_dir: str, prep: dict) -> List[CorpusSentenceProcessor]:
+    """Source and target sentence processors of the corpus described by ``prep`` (its contrastive
+    sets and the documents translated with a model trained on it go through these)."""
     model = prep.get("sentencepiece_model")
     encoder = SentencePieceEncoder(os.path.join(prep_dir, model)) if model else None
     processors = []
@@ -652,7 +662,7 @@ def write_consistency_sets(json_paths: Sequence[str], prep_dir: str, prep: dict,
         check_set_languages(path, examples[path], prep_dir, prep, languages)
     processing = needs_processing(prep)
     if processing:
-        source_sentence, target_sentence = contrastive_processors(prep_dir, prep)
+        source_sentence, target_sentence = corpus_processors(prep_dir, prep)
     manifest = dict(manifest_sets or {})
     for path in json_paths:
         name = os.path.basename(path)
@@ -724,6 +734,70 @@ def run_iwslt15(args, command: str) -> None:
                             args.bpe_size, args.workers, command, force=args.force,
                             split_origins=origins)
     print_counts("", splits, origins, "talks")
+    log(f"wrote {os.path.abspath(args.out)}")
+
+
+def read_text_split(split: str, source_path: str, target_path: str, boundaries: str,
+                    docids: Optional[str]) -> Tuple[List[TextDocument], List[TextDocument], Tuple[str, str]]:
+    """Both sides of one split of raw document-level text, checked against each other."""
+    log(f"reading {split}: {source_path} and {target_path}")
+    source = read_documents(source_path, boundaries, docids)
+    target = read_documents(target_path, boundaries, docids)
+    check_parallel_text(source, target)
+    for side in (source, target):
+        if side.form == "single":
+            log(f"note: {side.path} has no document boundaries ({DOCUMENT_MARK} lines, empty lines between "
+                f"documents, or --{split}-docids): it is read as one document")
+    return source.documents, target.documents, (source.form, target.form)
+
+
+# Small training text: at most one BPE piece per this many words of it (both sides), and no
+# fewer than the floor (scripts of thousands of characters need room beyond them). With 30k pieces
+# learned on a few thousand sentences most pieces are whole words seen once or twice; Sennrich &
+# Zhang (2019, "Revisiting Low-Resource Neural Machine Translation") found much smaller
+# vocabularies better in that regime.
+WORDS_PER_BPE_PIECE = 50
+SMALL_TEXT_BPE_FLOOR = 1000
+
+
+def bpe_size_for(learn_split: Tuple[List[TextDocument], List[TextDocument]], requested: int) -> int:
+    """``requested``, lowered (with a note) when the text BPE is learned on is small."""
+    words = sum(len(sentence.split()) for side in learn_split for document in side for sentence in document.sentences)
+    cap = max(SMALL_TEXT_BPE_FLOOR, words // WORDS_PER_BPE_PIECE)
+    if requested > cap:
+        log(f"note: BPE is learned on {words} words: a vocabulary of {requested} would hold mostly pieces seen "
+            f"once or twice; using {cap} (one piece per {WORDS_PER_BPE_PIECE} words; --bpe-size sets a smaller one)")
+        return cap
+    return requested
+
+
+def run_text(args, command: str) -> None:
+    source_lang, target_lang = args.source_lang, args.target_lang
+    check_language_pair(source_lang, target_lang)
+    if not args.train and not args.valid:
+        raise DataError("give --train SRC TGT or --valid SRC TGT (BPE and truecasing are learned on train, "
+                        "else on valid)")
+    splits, split_files, origins, forms = {}, {}, {}, {}
+    for split in SPLITS:
+        paths, docids = getattr(args, split), getattr(args, f"{split}_docids")
+        if not paths:
+            if docids:
+                raise DataError(f"--{split}-docids {docids} without --{split} SRC TGT")
+            continue
+        source, target, forms[split] = read_text_split(split, paths[0], paths[1], args.boundaries, docids)
+        splits[split] = (source, target)
+        split_files[split] = [os.path.basename(path) for path in paths] + ([os.path.basename(docids)] if docids else [])
+        origins[split] = " + ".join(split_files[split])
+    print_counts("", splits, origins, "documents")
+    bpe_size = bpe_size_for(splits["train" if "train" in splits else "valid"], args.bpe_size)
+    tokenizers = {lang: default_tokenizer(lang) for lang in (source_lang, target_lang)}
+    # first-word truecasing is undone exactly, so every language with Moses rules is truecased
+    truecased = [lang for lang in (source_lang, target_lang) if tokenizers[lang] == "moses"]
+    prepare_parallel_corpus("text", splits, split_files, args.out, source_lang, target_lang, tokenizers,
+                            bpe_size, args.workers, command, force=args.force, split_origins=origins,
+                            truecased=truecased,
+                            extra={"boundaries": {split: dict(zip((source_lang, target_lang), form))
+                                                  for split, form in forms.items()}})
     log(f"wrote {os.path.abspath(args.out)}")
 
 
@@ -864,6 +938,31 @@ def build_parser() -> argparse.ArgumentParser:
     add_workers(iwslt)
     add_force(iwslt)
 
+    text = commands.add_parser(
+        "text", help="raw document-level parallel text of any language pair, one sentence per line",
+        description="Raw parallel text, one sentence per line, documents marked by a <d> line before each, by an "
+                    "empty line between two, or by a document-id file per split; the boundaries of each file are "
+                    "detected unless --boundaries says. Tokenized (jieba for zh, Moses otherwise) and truecased "
+                    "(first word, Moses languages), joint sentencepiece BPE, binarized.")
+    text.add_argument("--source-lang", required=True, help="source language code")
+    text.add_argument("--target-lang", required=True, help="target language code")
+    text.add_argument("--out", required=True, help="output directory (binarized corpus)")
+    for split in SPLITS:
+        text.add_argument(f"--{split}", nargs=2, metavar=("SRC", "TGT"),
+                          help=f"the {split} split: source and target file" + (
+                              " (train or valid must be given)" if split != "test" else ""))
+        text.add_argument(f"--{split}-docids", metavar="FILE",
+                          help=f"document id of each sentence line of the {split} files, one per line")
+    text.add_argument("--boundaries", default="auto", choices=("auto",) + DOCUMENT_FORMS,
+                      help="how documents are delimited: auto (default: a <d> line before each document if the "
+                           "file has one, else empty lines between documents, else one document), marked, "
+                           "blank, docids (with --SPLIT-docids), single")
+    text.add_argument("--bpe-size", type=int, default=DEFAULT_BPE_SIZE,
+                      help="joint BPE vocabulary size (default 30000 as paper 000; lowered, with a note, when "
+                           "the training text is too small)")
+    add_workers(text)
+    add_force(text)
+
     subtitles = commands.add_parser("opensubtitles", help="Voita et al.'s context-aware OpenSubtitles en-ru")
     subtitles.add_argument("--data-dir", required=True, help="directory of {train,dev,test}.{src,dst}")
     subtitles.add_argument("--out", required=True, help="output directory (binarized corpus)")
@@ -907,6 +1006,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {
+    "text": run_text,
     "iwslt15": run_iwslt15,
     "opensubtitles": run_opensubtitles,
     "consistency": run_consistency,

@@ -54,6 +54,8 @@ class TextDocument:
     sentences: List[str]
     # line of the corpus file each sentence came from, for error messages
     line_numbers: List[int] = field(default_factory=list)
+    # the line that marks the document's start, where the file has one (``<d>``)
+    boundary_line: Optional[int] = None
 
     def line_of(self, index: int) -> str:
         return str(self.line_numbers[index]) if index < len(self.line_numbers) else "?"

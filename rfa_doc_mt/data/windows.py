@@ -159,6 +159,31 @@ class DocumentWindowDataset(FairseqDataset):
                     f"{sizes[i]} tokens, over the limit of {limit} {side} positions set by {origin} "
                     f"({len(too_long)} windows in all); use a smaller --context-size or raise {option}")
 
+    def fit_source_positions(self, max_source_positions: int) -> List[Tuple[int, int]]:
+        """Drop context sentences, the farthest first, from every window whose source exceeds
+        ``max_source_positions`` tokens, until it fits (a sentence too long on its own stays:
+        :meth:`check_positions` reports it). Returns (window, context sentences dropped) of each
+        window changed."""
+        first = self.index.first_sentence.copy()
+        sizes = np.asarray(self.source.sizes, dtype=np.int64)
+        changed = []
+        for i in np.nonzero(self.source_sizes > max_source_positions)[0]:
+            current, total = self.index.current_sentence[i], self.source_sizes[i]
+            start = first[i]
+            while start < current and total > max_source_positions:
+                total -= sizes[start]
+                start += 1
+            changed.append((int(i), int(start - first[i])))
+            first[i] = start
+        if changed:
+            self.index = WindowIndex(first, self.index.current_sentence, self.index.document, self.index.position)
+            self.source_sizes = self._window_sizes(sizes)
+            self.target_sizes = (self._window_sizes(np.asarray(self.target.sizes))
+                                 if self.target is not None else None)
+            self.sizes = (np.vstack((self.source_sizes, self.target_sizes)).T
+                          if self.target is not None else self.source_sizes)
+        return changed
+
     def window_tokens(self, sentences, separator: int, i: int) -> torch.Tensor:
         first, current = self.index.first_sentence[i], self.index.current_sentence[i]
         return join_window([sentences[k] for k in range(first, current + 1)], separator, self.eos)
@@ -192,7 +217,12 @@ class DocumentWindowDataset(FairseqDataset):
         if self.document_ordered:
             # (document, position) order; batch_by_size regroups it by position.
             return np.lexsort((self.index.position, self.index.document))
-        order = np.random.permutation(len(self)) if self.shuffle else np.arange(len(self))
+        if not self.shuffle:
+            # by source length alone, ties in window order: a split decoded with its references
+            # is batched exactly as the same documents translated without them
+            # (generation/translate.py), and batches decide each row's length bound
+            return np.argsort(self.source_sizes, kind="mergesort")
+        order = np.random.permutation(len(self))
         if self.target_sizes is not None:
             order = order[np.argsort(self.target_sizes[order], kind="mergesort")]
         return order[np.argsort(self.source_sizes[order], kind="mergesort")]

@@ -58,6 +58,18 @@ def sentence_and_document_bleu(hypotheses: Sequence[str], references: Sequence[s
     }
 
 
+def read_document_files(hypothesis_path: str, reference_path: str):
+    """Translations and references in a document form (``<d>`` lines, empty lines between
+    documents: what scripts/translate.sh writes and Maruf et al. release), checked against each
+    other: (hypotheses, references, documents)."""
+    from ..data.plain_text import check_parallel_text, read_documents
+
+    hypotheses, references = read_documents(hypothesis_path), read_documents(reference_path)
+    check_parallel_text(hypotheses, references)
+    documents = [Document(document.name, len(document.sentences)) for document in hypotheses.documents]
+    return hypotheses.sentences, references.sentences, documents
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description="s-BLEU and d-BLEU of document translations (sacrebleu)")
     parser.add_argument("--decoded", metavar="PREFIX",
@@ -66,7 +78,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--checkpoint", help="with --decoded: require PREFIX.hyp to be decoded with this checkpoint")
     parser.add_argument("--hyp", help="translations, one sentence per line, in document order")
     parser.add_argument("--ref", help="references, aligned with --hyp")
-    parser.add_argument("--docs", help="document boundaries of --hyp (.docs file)")
+    parser.add_argument("--docs", help="document boundaries of --hyp (.docs file); without it, --hyp and --ref "
+                                       "mark their documents themselves (<d> lines or empty lines between them)")
     parser.add_argument("--tokenize", default="13a", help="sacrebleu tokenizer (zh for Chinese targets)")
     parser.add_argument("--json", help="also write the scores here")
     args = parser.parse_args(argv)
@@ -78,13 +91,16 @@ def main(argv=None) -> dict:
             setattr(args, name, getattr(args, name) or f"{args.decoded}.{name}")
     elif args.checkpoint:
         parser.error("--checkpoint goes with --decoded")
-    missing = [f"--{name}" for name in ("hyp", "ref", "docs") if not getattr(args, name)]
+    missing = [f"--{name}" for name in ("hyp", "ref") if not getattr(args, name)]
     if missing:
-        parser.error(f"give --decoded PREFIX, or {', '.join(missing)}")
-    hypotheses, references = read_lines(args.hyp), read_lines(args.ref)
-    if len(hypotheses) != len(references):
-        raise DataError(f"{args.hyp} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
-    documents = read_docs(args.docs, num_sentences=len(hypotheses))
+        parser.error(f"give --decoded PREFIX, or {', '.join(missing)} (and --docs unless they mark their documents)")
+    if args.docs:
+        hypotheses, references = read_lines(args.hyp), read_lines(args.ref)
+        if len(hypotheses) != len(references):
+            raise DataError(f"{args.hyp} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
+        documents = read_docs(args.docs, num_sentences=len(hypotheses))
+    else:
+        hypotheses, references, documents = read_document_files(args.hyp, args.ref)
     scores = sentence_and_document_bleu(hypotheses, references, documents, args.tokenize)
     for name, score in scores.items():
         print(f"{name[0]}-BLEU = {score}")

@@ -157,24 +157,29 @@ class DocTranslationTask(TranslationTask):
             raise DataError(f"{prefix}{src} has {len(source)} sentences but {prefix}{tgt} has {len(target)}")
         docs_path = os.path.join(data_path, f"{split}.docs")
         documents = read_docs(docs_path, num_sentences=len(source))
-        dataset = DocumentWindowDataset(
-            source, target, documents, self.cfg.context_size,
-            source_separator=self.source_separator, target_separator=self.target_separator,
-            pad=self.src_dict.pad(), eos=self.src_dict.eos(),
-            fixed_window=self.cfg.fixed_window,
-            supervise_window=self.cfg.supervision == "window",
-            shuffle=split == self.cfg.train_subset,
-            document_ordered=self.cfg.recurrent_memory or (
-                self.cfg.decode_mode == "forced-prefix" and split != self.cfg.train_subset),
-            sentence_steps=self.cfg.recurrent_memory and split == self.cfg.train_subset,
-            split=split,
-        )
+        dataset = self.window_dataset(split, source, target, documents)
         dataset.check_positions(self.cfg.max_source_positions, self.cfg.max_target_positions, docs_path)
         logger.info(f"{split}: {len(documents)} documents, {len(source)} sentences, {len(dataset)} windows "
                     f"of up to {self.cfg.context_size + 1} sentences")
         self.datasets[split] = dataset
         if self.cfg.eval_bleu and split != self.cfg.train_subset:
             self.validation_bleu().load_references(split, len(source))
+
+    def window_dataset(self, split: str, source, target, documents) -> DocumentWindowDataset:
+        """The windows of a split as this task reads them (``target`` None: sources alone, to
+        translate), batched for training when ``split`` is the training subset."""
+        training = split == self.cfg.train_subset
+        return DocumentWindowDataset(
+            source, target, documents, self.cfg.context_size,
+            source_separator=self.source_separator, target_separator=self.target_separator,
+            pad=self.src_dict.pad(), eos=self.src_dict.eos(),
+            fixed_window=self.cfg.fixed_window,
+            supervise_window=self.cfg.supervision == "window",
+            shuffle=training,
+            document_ordered=self.cfg.recurrent_memory or (self.cfg.decode_mode == "forced-prefix" and not training),
+            sentence_steps=self.cfg.recurrent_memory and training,
+            split=split,
+        )
 
     def validation_bleu(self) -> validation.WindowBleu:
         if self.window_bleu is None:
@@ -327,7 +332,8 @@ class DocTranslationTask(TranslationTask):
         validation.reduce_consistency(logging_outputs, self.contrastive_set_names)
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
-        raise NotImplementedError("doc_translation decodes binarized documents: use fairseq-generate")
+        raise NotImplementedError("doc_translation translates documents, not loose sentences: use "
+                                  "fairseq-generate on a prepared split, or scripts/translate.sh on raw documents")
 
     # ---- decoding -----------------------------------------------------------------------
 
