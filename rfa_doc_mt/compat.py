@@ -1,6 +1,6 @@
 """The one place that adapts fairseq 0.12.3.1 (``fairseq-fixed``) to the torch it runs on.
 
-Three adaptations, all small:
+Four adaptations, all small:
 
 1. Checkpoint loading: torch >= 2.6 defaults ``torch.load`` to ``weights_only=True``, which
 refuses fairseq checkpoints (they pickle argparse/omegaconf configs). fairseq's
@@ -24,9 +24,18 @@ checkpoint is a pickle: load only checkpoints you trust, as with any fairseq rel
    one process per worker on this host; each then runs fairseq's own ``distributed_main``, and
    DDP gets ``device_ids=None`` for CPU modules. With CUDA (and no ``--cpu``) both are fairseq's
    unchanged: NCCL, one process per GPU.
+
+4. DDP's buffer option: fairseq passes ``broadcast_buffers`` (default False), which torch 2.13
+   deprecates (a FutureWarning in every worker) in favour of ``forward_sync_buffers``; DDP gets
+   the replacement, with fairseq's value, where torch has it. One difference: the replacement
+   leaves DDP's start-up broadcast of the buffers on. Every buffer of these models (RFA's random
+   matrices and their seed, LSH rotations, memory slot positions, fairseq's sinusoidal position
+   tables and version markers) is built from a fixed seed or formula and is identical on every
+   worker, so that broadcast copies equal values.
 """
 
 import functools
+import inspect
 import os
 import socket
 import types
@@ -132,13 +141,23 @@ if not getattr(distributed_utils.call_main, "trains_on_cpu_too", False):
     distributed_utils.call_main = _call_main_on_cpu_too
 
 
-class CPUDistributedDataParallel(DistributedDataParallel):
-    """torch's DDP, accepting fairseq's ``device_ids=[device_id]`` for a CPU module by dropping it
-    (torch raises for device ids on a CPU module; GPU modules keep theirs)."""
+_DDP_HAS_FORWARD_SYNC_BUFFERS = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
 
-    def __init__(self, module, device_ids=None, output_device=None, **kwargs):
+
+class CPUDistributedDataParallel(DistributedDataParallel):
+    """torch's DDP as fairseq constructs it, adapted to this torch: fairseq's ``device_ids=[device_id]``
+    dropped for a CPU module (torch raises for device ids on a CPU module; GPU modules keep theirs),
+    and fairseq's ``broadcast_buffers`` passed as ``forward_sync_buffers`` where torch has that
+    (torch 2.13 deprecates the former)."""
+
+    def __init__(self, module, device_ids=None, output_device=None, broadcast_buffers=None, **kwargs):
         if all(parameter.device.type == "cpu" for parameter in module.parameters()):
             device_ids, output_device = None, None
+        if broadcast_buffers is not None:
+            if _DDP_HAS_FORWARD_SYNC_BUFFERS:
+                kwargs.setdefault("forward_sync_buffers", broadcast_buffers)
+            else:
+                kwargs["broadcast_buffers"] = broadcast_buffers
         super().__init__(module, device_ids=device_ids, output_device=output_device, **kwargs)
 
 

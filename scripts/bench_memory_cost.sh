@@ -6,8 +6,10 @@
 # Writes OUT_DIR/memory_cost.json (machine, commit, settings, every run) and, from it,
 # OUT_DIR/memory_cost.png. Paper sizes, dummy documents of 100 to 2000 tokens, beam 4: on a small
 # CPU the full run takes hours (use --quick, or a GPU).
+# Other options: those of `python -m rfa_doc_mt.bench.memory_cost run` (after OUT_DIR).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
+help_requested "$@"
 [ $# -ge 1 ] || die "usage: $0 OUT_DIR [memory_cost run options...]"
 out=$1; shift
 mkdir -p "$out"

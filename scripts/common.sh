@@ -11,6 +11,14 @@ RFA_DOC_MT_ROOT=$ROOT
 export PYTHONWARNINGS=${PYTHONWARNINGS:-ignore::DeprecationWarning}
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+
+# help_requested "$@": with -h or --help first, print the calling script's opening comment (its
+# usage) and exit.
+help_requested() {
+  case "${1:-}" in
+    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  esac
+}
 die() { echo "error: $*" >&2; exit 2; }
 
 # A config file sets TASK_ARGS, MODEL_ARGS, TRAIN_ARGS (and optionally DECODE_ARGS).

@@ -9,8 +9,11 @@
 # 1.2 x the window's source tokens + 10 target tokens (a bound tied to the source, as the
 # authors' release uses: theirs is 1.2 x + 70 for zh-en and 1 x + 50 for en-ru; fairseq's default, 200 more tokens than any source, lets an under-trained model that never
 # ends a window run for tens of minutes), a progress line every 10 batches on stderr.
+# Other options: those of `fairseq-generate --user-dir rfa_doc_mt --task doc_translation` (after OUT_PREFIX).
+# SPLIT=valid decodes another split (default test).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
+help_requested "$@"
 [ $# -ge 4 ] || die "usage: $0 CONFIG DATA_DIR CHECKPOINT OUT_PREFIX [fairseq-generate args...]"
 config=$1; data=$2; checkpoint=$3; out=$4; shift 4
 load_config "$config"

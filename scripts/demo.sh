@@ -5,8 +5,10 @@
 # and write it with a bar plot to $DEMO_DIR (default work/demo). Re-running resumes.
 # Systems run DEMO_JOBS at a time (default: the number of cores), one torch thread each:
 # tiny models use a second thread poorly, so two one-thread runs finish sooner than two in a row.
+# usage: scripts/demo.sh (no options; DEMO_DIR and DEMO_JOBS in the environment)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
+help_requested "$@"
 export DEMO_DIR=${DEMO_DIR:-$ROOT/work/demo}  # configs/demo/memory_L1.sh finds its stage-1 model here
 DATA=$DEMO_DIR/data
 JOBS=${DEMO_JOBS:-$(nproc)}

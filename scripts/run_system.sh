@@ -5,8 +5,11 @@
 # training run (train.sh), a decode that is the finished result of the current checkpoint_best.pt,
 # scores newer than what they score.
 # Leaves OUT_DIR/{checkpoint_best.pt, test.hyp, test.bleu.json, consistency.json}.
+# Other options: those of `fairseq-train --user-dir rfa_doc_mt --task doc_translation` (after OUT_DIR),
+# for the training.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
+help_requested "$@"
 [ $# -ge 3 ] || die "usage: $0 CONFIG DATA_DIR OUT_DIR [fairseq-train args...]"
 config=$1; data=$2; out=$3; shift 3
 load_config "$config"

@@ -5,8 +5,11 @@
 # succeeds: this also covers early stopping), or whose checkpoint_last.pt has reached
 # --max-update (fairseq-train, started again on it, would train one more update and rewrite
 # the checkpoints).
+# Other options: those of `fairseq-train --user-dir rfa_doc_mt --task doc_translation` (after SAVE_DIR),
+# e.g. --distributed-world-size N, --max-update N.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
+help_requested "$@"
 [ $# -ge 3 ] || die "usage: $0 CONFIG DATA_DIR SAVE_DIR [fairseq-train args...]"
 config=$1; data=$2; save_dir=$3; shift 3
 load_config "$config"

@@ -25,3 +25,32 @@ def test_batch_by_size_keeps_the_last_partial_batch():
     batches = data_utils.batch_by_size(indices, num_tokens_fn=lambda i: 5, num_tokens_vec=np.full(57, 5),
                                        max_sentences=16, required_batch_size_multiple=8)
     assert sorted(np.concatenate(batches).tolist()) == list(range(57))
+
+
+def test_ddp_gets_fairseqs_buffer_option_without_the_deprecated_argument(tmp_path):
+    """fairseq constructs DDP with ``broadcast_buffers`` (torch 2.13 deprecates it with a FutureWarning
+    in every worker); compat passes the value as ``forward_sync_buffers`` and drops a CPU module's
+    device ids."""
+    import warnings
+
+    import torch.distributed as dist
+    from fairseq.models import distributed_fairseq_model
+
+    from rfa_doc_mt.compat import CPUDistributedDataParallel
+
+    assert distributed_fairseq_model.DistributedDataParallel is CPUDistributedDataParallel
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)
+            for value in (False, True):
+                module = torch.nn.Linear(2, 2)
+                module.register_buffer("table", torch.arange(2.0))
+                # as fairseq's distributed_fairseq_model calls it for --ddp-backend pytorch_ddp
+                ddp = CPUDistributedDataParallel(module=module, device_ids=[0], output_device=0,
+                                                 broadcast_buffers=value, bucket_cap_mb=25,
+                                                 find_unused_parameters=False)
+                assert ddp.broadcast_buffers is value and ddp.device_ids is None
+                assert ddp(torch.ones(1, 2)).shape == (1, 2)
+    finally:
+        dist.destroy_process_group()

@@ -113,12 +113,12 @@ def test_generate_names_a_window_over_the_position_limit(corpus, models):
         capture_output=True, text=True)
     assert result.returncode != 0
     assert "test.docs: the source window of document" in result.stderr
-    # issue 14, item 9: the limit came from the command line, not from the model
+    # the message says the limit came from the command line, not from the model
     assert "over the limit of 12 source positions set by --max-source-positions 12" in result.stderr
 
 
 # ----------------------------------------------------------------------------------------
-# Issue 14: second runs and stale results through the scripts
+# Second runs and stale results through the scripts
 
 
 def files_state(directory):

@@ -1,6 +1,6 @@
-"""Issue 14: what a new user hits on real data and on second runs (the parts that need no
-trained model; tests/test_integration.py has those that do, tests/test_prepare.py the IWSLT15
-round trip of item 12)."""
+"""What a new user hits on real data and on second runs (the parts that need no trained model;
+tests/test_integration.py has those that do, tests/test_prepare.py the IWSLT15 round trip of
+the references)."""
 
 import json
 import os

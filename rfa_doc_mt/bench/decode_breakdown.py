@@ -23,7 +23,8 @@ import torch
 
 from .common import commit_info, machine_info, record_load_at_end, write_json
 
-# the share of the ceiling's speed the allowance is computed for (issue 15's goal at L >= 4)
+# the share of the ceiling's speed the allowance is computed for (the decode-speed goal at L >= 4,
+# docs/benchmarks.md)
 TARGET_SHARE = 0.8
 ATTENTION_PARTS = ("self", "self.reorder", "cross", "cross.reorder")
 
