@@ -64,6 +64,12 @@ rm -f "$save_dir/train.done"
 "${FAIRSEQ_BIN}fairseq-train" "$data" --user-dir "$USER_DIR" --task doc_translation \
   "${settings[@]}" --save-dir "$save_dir" --log-format simple 2>&1 | tee -a "$save_dir/train.log" \
   | { grep --line-buffered -E "train_inner|valid on|done training|Error|error" >&2 || true; }
-[ -f "$save_dir/checkpoint_best.pt" ] || die "training wrote no checkpoint; see $save_dir/train.log"
+if has_option --disable-validation "${settings[@]}"; then
+  # no validation, no best checkpoint: fairseq writes checkpoint_last.pt only
+  [ -f "$save_dir/checkpoint_last.pt" ] || die "training wrote no checkpoint; see $save_dir/train.log"
+  log "train: no validation (--disable-validation): the model is $save_dir/checkpoint_last.pt"
+else
+  [ -f "$save_dir/checkpoint_best.pt" ] || die "training wrote no checkpoint; see $save_dir/train.log"
+fi
 printf '%s\n' "${settings[@]}" > "$save_dir/.train.done.partial"
 mv "$save_dir/.train.done.partial" "$save_dir/train.done"

@@ -109,3 +109,14 @@ def test_writing_back_keeps_the_form(tmp_path, text):
     path = tmp_path / "out.txt"
     write_documents(str(path), shape(read), read.form)
     assert path.read_text() == text
+
+
+def test_translations_may_be_empty_sentences(tmp_path):
+    """A model may give an empty translation: read back as an empty sentence where asked, last line included."""
+    path = write_bytes(tmp_path / "hyp.txt", b"<d>\na\n\n<d>\nb\n\n")
+    with pytest.raises(DataError, match="hyp.txt:3: empty line inside document 1"):
+        read_documents(path)
+    assert shape(read_documents(path, empty_sentences=True)) == [["a", ""], ["b", ""]]
+    ids = write_bytes(tmp_path / "hyp.docids", b"x\nx\ny\n")
+    assert shape(read_documents(write_bytes(tmp_path / "h2.txt", b"a\n\nb\n"), docids=ids,
+                                empty_sentences=True)) == [["a", ""], ["b"]]

@@ -1,7 +1,7 @@
 """Throughput of translating raw documents against decoding the same prepared split.
 
     python -m rfa_doc_mt.bench.translate_speed --config CONFIG --checkpoint CKPT --data DIR --input RAW
-        [--split test] [--repeats 2] [--out JSON]
+        [--split test] [--repeats 2] [--out JSON] [--keep DIR]
 
 Runs, one after the other and ``--repeats`` times each (alternating), as a user runs them:
 ``scripts/decode.sh CONFIG DIR CKPT PREFIX`` (fairseq-generate on the binarized split, then
@@ -14,6 +14,7 @@ Both use decode.sh's defaults (beam 4, 64 windows a batch, 1.2 x source + 10 tok
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -47,6 +48,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     parser.add_argument("--split", default="test", help="the binarized split decode.sh decodes (default test)")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each command, alternating (default 2)")
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--keep", metavar="DIR",
+                        help="keep the last run's outputs in DIR: SPLIT.* of decode.sh and translate.sh's translations "
+                             "(translated.txt), to score")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         raise DataError("--repeats must be at least 1")
@@ -68,8 +72,12 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
                 result["runs"][name].append(seconds)
                 print(f"{name} run {repeat + 1}: {seconds:.1f} s ({sentences / seconds:.2f} sentences/s)", flush=True)
         hypotheses = read_lines(prefix + ".hyp")
-        translated = read_documents(output).sentences
+        translated = read_documents(output, empty_sentences=True).sentences
         result["same_translations"] = hypotheses == translated
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+            for name in sorted(os.listdir(work)):
+                shutil.copy2(os.path.join(work, name), os.path.join(args.keep, name))
     best = {name: min(runs) for name, runs in result["runs"].items()}
     result["sentences_per_second"] = {name: sentences / seconds for name, seconds in best.items()}
     result["median_seconds"] = {name: statistics.median(runs) for name, runs in result["runs"].items()}

@@ -99,9 +99,9 @@ def _trailing_blank_lines(stripped: Sequence[str]) -> int:
     return count
 
 
-def parse_marked(path: str, lines: Sequence[str]) -> List[TextDocument]:
+def parse_marked(path: str, lines: Sequence[str], empty_sentences: bool = False) -> List[TextDocument]:
     stripped = [line.strip() for line in lines]
-    end = len(stripped) - _trailing_blank_lines(stripped)
+    end = len(stripped) - (0 if empty_sentences else _trailing_blank_lines(stripped))
     documents: List[TextDocument] = []
     for number, line in enumerate(stripped[:end], start=1):
         if line == DOCUMENT_MARK:
@@ -113,7 +113,7 @@ def parse_marked(path: str, lines: Sequence[str]) -> List[TextDocument]:
         if not documents:
             raise DataError(f"{path}:{number}: text before the first {DOCUMENT_MARK} line (this file marks every "
                             f"document with a {DOCUMENT_MARK} line before it)")
-        if not line:
+        if not line and not empty_sentences:
             raise DataError(f"{path}:{number}: empty line inside document {len(documents)} (this file marks "
                             f"documents with {DOCUMENT_MARK} lines; an empty sentence cannot be translated)")
         documents[-1].sentences.append(line)
@@ -144,12 +144,12 @@ def parse_blank(path: str, lines: Sequence[str]) -> List[TextDocument]:
     return documents
 
 
-def parse_single(path: str, lines: Sequence[str]) -> List[TextDocument]:
+def parse_single(path: str, lines: Sequence[str], empty_sentences: bool = False) -> List[TextDocument]:
     stripped = [line.strip() for line in lines]
-    end = len(stripped) - _trailing_blank_lines(stripped)
+    end = len(stripped) - (0 if empty_sentences else _trailing_blank_lines(stripped))
     document = TextDocument(os.path.basename(path) if path != "-" else "stdin", [], [])
     for number, line in enumerate(stripped[:end], start=1):
-        if not line:
+        if not line and not empty_sentences:
             raise DataError(f"{path}:{number}: empty line (this file has no document boundaries)")
         document.sentences.append(line)
         document.line_numbers.append(number)
@@ -158,11 +158,12 @@ def parse_single(path: str, lines: Sequence[str]) -> List[TextDocument]:
     return [document]
 
 
-def parse_docids(path: str, lines: Sequence[str], docids_path: str) -> List[TextDocument]:
+def parse_docids(path: str, lines: Sequence[str], docids_path: str,
+                 empty_sentences: bool = False) -> List[TextDocument]:
     """Documents of ``lines`` by the ids in ``docids_path``, one per line."""
     ids = [line.strip() for line in read_raw_lines(docids_path)]
     stripped = [line.strip() for line in lines]
-    if len(stripped) - _trailing_blank_lines(stripped) == len(ids):
+    if len(stripped) - _trailing_blank_lines(stripped) == len(ids) and not empty_sentences:
         stripped = stripped[:len(ids)]
     if len(stripped) != len(ids):
         raise DataError(f"{docids_path} has {len(ids)} document ids but {path} has {len(stripped)} lines")
@@ -176,7 +177,7 @@ def parse_docids(path: str, lines: Sequence[str], docids_path: str) -> List[Text
         if DOCUMENT_MARK == line:
             raise DataError(f"{path}:{number}: a {DOCUMENT_MARK} line in a file whose documents are given by "
                             f"{docids_path}")
-        if not line:
+        if not line and not empty_sentences:
             raise DataError(f"{path}:{number}: empty line (document {document_id!r} of {docids_path})")
         if not documents or documents[-1].name != document_id:
             if document_id in started:
@@ -192,10 +193,12 @@ def parse_docids(path: str, lines: Sequence[str], docids_path: str) -> List[Text
     return documents
 
 
-def parse_documents(path: str, lines: Sequence[str], form: str = "auto",
-                    docids: Optional[str] = None) -> DocumentText:
+def parse_documents(path: str, lines: Sequence[str], form: str = "auto", docids: Optional[str] = None,
+                    empty_sentences: bool = False) -> DocumentText:
     """The documents of ``lines`` (read from ``path``) in ``form`` (``auto``: detected, or
-    ``docids`` when a docids file is given)."""
+    ``docids`` when a docids file is given). ``empty_sentences``: an empty line inside a
+    document is an empty sentence (a translation may be empty), not an error; in the ``blank``
+    form an empty line is a boundary all the same."""
     if form not in FORMATS + ("auto",):
         raise DataError(f"unknown document form {form!r}; known: auto, {', '.join(FORMATS)}")
     if docids is not None:
@@ -207,15 +210,19 @@ def parse_documents(path: str, lines: Sequence[str], form: str = "auto",
     elif form == "auto":
         form = detect_form(lines)
     if form == "docids":
-        documents = parse_docids(path, lines, docids)
+        documents = parse_docids(path, lines, docids, empty_sentences)
+    elif form == "blank":
+        documents = parse_blank(path, lines)
     else:
-        documents = {"marked": parse_marked, "blank": parse_blank, "single": parse_single}[form](path, lines)
+        documents = {"marked": parse_marked, "single": parse_single}[form](path, lines, empty_sentences)
     return DocumentText(path, documents, form)
 
 
-def read_documents(path: str, form: str = "auto", docids: Optional[str] = None) -> DocumentText:
-    """The documents of a file (``-``: standard input); see the module docstring."""
-    return parse_documents(path, read_raw_lines(path), form, docids)
+def read_documents(path: str, form: str = "auto", docids: Optional[str] = None,
+                   empty_sentences: bool = False) -> DocumentText:
+    """The documents of a file (``-``: standard input); see the module docstring and
+    :func:`parse_documents`."""
+    return parse_documents(path, read_raw_lines(path), form, docids, empty_sentences)
 
 
 def check_parallel_text(source: DocumentText, target: DocumentText) -> None:

@@ -298,6 +298,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"translate: {len(text.documents)} documents, {sentences} sentences ({text.form} boundaries) "
               f"with {translator.describe()}", file=sys.stderr, flush=True)
     translations = translator.translate(text.documents, ProgressLine(sentences, enabled=not args.quiet))
+    empty = [(d, k) for d, document in enumerate(translations) for k, line in enumerate(document) if not line]
+    if empty:
+        d, k = empty[0]
+        boundary = (": in a file with empty lines between documents each reads as a document boundary"
+                    if text.form == "blank" else "")
+        warn(f"{len(empty)} translations are empty (the first: document {text.documents[d].name!r}, sentence "
+             f"{k + 1}){boundary}")
     write_documents(args.output, translations, text.form)
     seconds = time.perf_counter() - started
     if not args.quiet:

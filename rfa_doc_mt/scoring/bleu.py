@@ -64,7 +64,9 @@ def read_document_files(hypothesis_path: str, reference_path: str):
     other: (hypotheses, references, documents)."""
     from ..data.plain_text import check_parallel_text, read_documents
 
-    hypotheses, references = read_documents(hypothesis_path), read_documents(reference_path)
+    # a model may give an empty translation: an empty line inside a <d> document is one
+    hypotheses = read_documents(hypothesis_path, empty_sentences=True)
+    references = read_documents(reference_path)
     check_parallel_text(hypotheses, references)
     documents = [Document(document.name, len(document.sentences)) for document in hypotheses.documents]
     return hypotheses.sentences, references.sentences, documents
