@@ -24,6 +24,9 @@ the measured difference beside it (``pytest -s``). Outputs of different orders o
 at positions nothing reads (padding) are left out by the tests.
 """
 
+import os
+import subprocess
+
 import pytest
 import torch
 
@@ -108,3 +111,16 @@ def build_model(arch: str, task, *options: str, seed: int = 1, **attributes):
 
 def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.float() - b.float()).abs().max().item()
+
+
+@pytest.fixture(scope="session")
+def smoke_all(tmp_path_factory):
+    """``reproduce_all.sh --smoke``, once for the whole run: every system of every table trained a
+    few updates on a tiny embedded corpus, decoded and scored (tests/test_reproduce.py checks the
+    tables, tests/test_translate.py translates with its models). Returns (folder, the process)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path_factory.mktemp("reproduce")
+    done = subprocess.run(["bash", os.path.join(root, "scripts", "reproduce_all.sh"), "--smoke", "--out", str(out),
+                           "--jobs", "2"], capture_output=True, text=True, timeout=3000)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out, done

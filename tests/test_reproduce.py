@@ -37,14 +37,6 @@ def reproduce(name, *args):
                           capture_output=True, text=True, timeout=3000)
 
 
-@pytest.fixture(scope="module")
-def smoke_all(tmp_path_factory):
-    out = tmp_path_factory.mktemp("reproduce")
-    done = reproduce("all", "--smoke", "--out", str(out), "--jobs", "2")
-    assert done.returncode == 0, done.stderr[-4000:]
-    return out, done
-
-
 def rows_of(out, name):
     return json.loads((out / f"{name}.json").read_text())["rows"]
 
