@@ -5,6 +5,10 @@
 # training run (train.sh), a decode that is the finished result of the current checkpoint_best.pt,
 # scores newer than what they score.
 # Leaves OUT_DIR/{checkpoint_best.pt, test.hyp, test.bleu.json, consistency.json}.
+# EVALUATE (environment; default "test consistency"): what follows the training, any of
+#   valid        decode and score the validation split (OUT_DIR/valid.hyp, valid.bleu.json, ...)
+#   test         decode and score the test split
+#   consistency  contrastive consistency (when DATA_DIR has contrastive sets)
 # Other options: those of `fairseq-train --user-dir rfa_doc_mt --task doc_translation` (after OUT_DIR),
 # for the training.
 set -euo pipefail
@@ -16,16 +20,23 @@ load_config "$config"
 name=$(basename "$config" .sh)
 log "$name: train"
 "$ROOT/scripts/train.sh" "$config" "$data" "$out" "$@"
-if [ ! -f "$out/test.hyp" ] \
-    || ! "$PYTHON" -m rfa_doc_mt.generation.collect --verify "$out/test" --checkpoint "$out/checkpoint_best.pt" \
-    > /dev/null 2>&1; then
-  log "$name: decode the test documents (sliding windows, beam 4)"
-  "$ROOT/scripts/decode.sh" "$config" "$data" "$out/checkpoint_best.pt" "$out/test" >&2
-fi
-if [ ! -f "$out/test.bleu.json" ] || [ "$out/test.hyp" -nt "$out/test.bleu.json" ]; then
-  "$ROOT/scripts/score.sh" "$out/test" --checkpoint "$out/checkpoint_best.pt" >&2
-fi
-if [ -d "$data/consistency" ] && { [ ! -f "$out/consistency.json" ] \
+evaluate=${EVALUATE-test consistency}
+for step in $evaluate; do
+  case "$step" in valid|test|consistency) ;; *) die "EVALUATE: valid, test and/or consistency, got '$evaluate'" ;; esac
+done
+for split in valid test; do
+  [[ " $evaluate " == *" $split "* ]] || continue
+  if [ ! -f "$out/$split.hyp" ] \
+      || ! "$PYTHON" -m rfa_doc_mt.generation.collect --verify "$out/$split" --checkpoint "$out/checkpoint_best.pt" \
+      > /dev/null 2>&1; then
+    log "$name: decode the $split documents (sliding windows, beam 4)"
+    SPLIT=$split "$ROOT/scripts/decode.sh" "$config" "$data" "$out/checkpoint_best.pt" "$out/$split" >&2
+  fi
+  if [ ! -f "$out/$split.bleu.json" ] || [ "$out/$split.hyp" -nt "$out/$split.bleu.json" ]; then
+    "$ROOT/scripts/score.sh" "$out/$split" --checkpoint "$out/checkpoint_best.pt" >&2
+  fi
+done
+if [[ " $evaluate " == *" consistency "* ]] && [ -d "$data/consistency" ] && { [ ! -f "$out/consistency.json" ] \
     || [ "$out/checkpoint_best.pt" -nt "$out/consistency.json" ]; }; then
   log "$name: contrastive consistency"
   "$PYTHON" -m rfa_doc_mt.scoring.consistency --path "$out/checkpoint_best.pt" --data "$data" \

@@ -48,12 +48,24 @@ def test_every_script_exists_and_is_executable():
     assert sorted(EXPERIMENTS) == sorted(SCRIPTS)
 
 
+def started_keys(stderr):
+    return [line.split("] started ", 1)[1].split()[0] for line in stderr.splitlines() if "] started " in line]
+
+
 def test_all_trains_each_system_once_and_writes_every_table(smoke_all):
     out, done = smoke_all
-    distinct = {system.key for system in systems_to_train(
-        row for experiment in EXPERIMENTS.values() for row in experiment.systems("embedded"))}
-    started = [line for line in done.stderr.splitlines() if "] started " in line]
-    assert len(started) == len(distinct), started
+    started = started_keys(done.stderr)
+    assert len(started) == len(set(started)), started  # no system trained (or even started) twice
+    # every system of the other tables, and Table 1's search and seeds; a smoke run's stage 1 of the
+    # memory model is the L=1 transformer's run (the same config and arguments), linked
+    table1 = json.loads((out / "rfa_table1.json").read_text())
+    expected = {system.key for system in systems_to_train(
+        row for experiment in EXPERIMENTS.values() if not experiment.searches
+        for row in experiment.rows("embedded", smoke=True))}
+    expected |= {r["run"] for r in table1["search"]} | {f["run"] for r in table1["rows"] for f in r["seeds"]}
+    linked = out / "runs" / "demo-transformer_L1-memory_stage1"
+    assert linked.is_symlink() and os.readlink(linked) == "demo-transformer_L1"
+    assert set(started) == expected - {linked.name}
     for name in SCRIPTS:
         text = (out / f"{name}.md").read_text()
         assert ("speed only" if name == "rfa_figure4" else "embedded synthetic corpus") in text
@@ -111,10 +123,42 @@ def test_rfa_tables(smoke_all):
     table1 = rows_of(out, "rfa_table1")
     assert [r["row"] for r in table1] == ["transformer_L1", "rfa_L1", "transformer_L4", "rfa_L4",
                                           "rfa_sgate_avg_L4", "rfa_sgate_L4"]
-    assert all(0 <= r["s_bleu"] <= 100 and 0 <= r["d_bleu"] <= 100 for r in table1)
+    # a smoke run: the second seed for the L=1 rows only
+    assert [[f["seed"] for f in r["seeds"]] for r in table1] == [[1, 2], [1, 2], [1], [1], [1], [1]]
+    search = json.loads((out / "rfa_table1.json").read_text())["search"]
+    chosen = {r["row"]: r for r in search if r["chosen"]}
+    for row in table1:
+        assert all(0 <= f[metric] <= 100 for f in row["seeds"] for metric in ("s_bleu", "d_bleu",
+                                                                               "pooled_consistency"))
+        assert row["s_bleu"]["mean"] == pytest.approx(sum(f["s_bleu"] for f in row["seeds"]) / len(row["seeds"]))
+        assert (row["s_bleu"]["std"] is None) == (len(row["seeds"]) == 1)
+        assert row["setting"] == chosen[row["row"]]["setting"] and row["seeds"][0]["run"] == chosen[row["row"]]["run"]
     assert table1[-1]["paper_bleu"] == {"iwslt15_zh_en": 31.2, "opensubtitles_en_ru": 33.2}
+    assert table1[4]["setting"]["gate_bias"] == 2 and table1[4]["seeds"][0]["run"].endswith("-bf2")
+    # each system against the transformer of its L, seed by seed
+    for row in table1:
+        if row["row"].startswith("transformer"):
+            assert "against" not in row
+            continue
+        against = row["against"]
+        assert against["baseline_row"] == "transformer_L" + row["row"].rsplit("_L", 1)[1]
+        assert [c["seed"] for c in against["per_seed"]] == [f["seed"] for f in row["seeds"]]
+        for comparison in against["per_seed"]:
+            for metric in ("s_bleu", "d_bleu", "pooled_consistency"):
+                figures = comparison[metric]
+                low, high = figures["interval"]
+                assert low <= figures["difference"] <= high and 0 < figures["p_value"] <= 1
+    # the smoke search: the transformer L=1 chooses between two learning rates on its decoded validation
+    # split; every other row has one setting (the configs' own; RFA-sgate-avg's b_f 2), not decoded there
+    assert [r["row"] for r in search] == ["transformer_L1"] + [r["row"] for r in table1]
+    assert [r["setting"]["lr"] for r in search[:2]] == ["2e-3", "1e-3"]
+    assert all(0 <= r["valid_s_bleu"] <= 100 for r in search[:2]) and sum(r["chosen"] for r in search[:2]) == 1
+    assert all(r["valid_s_bleu"] is None and r["chosen"] for r in search[2:])
+    text = (out / "rfa_table1.md").read_text()
+    assert "Against the transformer of the same L and seed" in text and "Search (seed 1" in text
     figure3 = rows_of(out, "rfa_figure3")
-    assert [r["row"] for r in figure3] == [f"{f}_L{w}" for f in ("transformer", "rfa") for w in (1, 2, 3, 4)]
+    # a smoke run's Figure 3: L = 1 and 4 (L = 2 and 3 differ only in the context size)
+    assert [r["row"] for r in figure3] == [f"{f}_L{w}" for f in ("transformer", "rfa") for w in (1, 4)]
     for row in figure3:
         assert set(row["accuracy"]) >= {"pooled", "deixis"}
         assert all(0 <= value <= 100 for value in row["accuracy"].values())
@@ -132,31 +176,36 @@ def test_lsh_memory_and_lstm_tables(smoke_all):
     out, _ = smoke_all
     lsh = rows_of(out, "lsh_table2")
     trained = [(r["attention"], r["context_size"]) for r in lsh]
-    assert trained == [(a, k) for a in ("full", "self", "self-cross") for k in (0, 3)]
+    # a smoke run leaves out LSH self-attention alone (it runs in LSH self+cross), trained and measured
+    assert trained == [(a, k) for a in ("full", "self-cross") for k in (0, 3)]
     assert all(r["step_memory_mb"] is not None and r["step_memory_mb"] >= 0 for r in lsh)
     assert (out / "lsh_table2_memory.png").stat().st_size > 0
     memory = rows_of(out, "memory_table1")
     assert [r["row"] for r in memory if r["table"] == 1] == ["baseline", "memory"]
-    assert [r["row"] for r in memory if r["table"] == 3] == ["both_lower", "both_all", "both_top", "source_top",
-                                                            "target_top"]
+    # a smoke run trains the top layer's memory on both sides and on each side alone
+    assert [r["row"] for r in memory if r["table"] == 3] == ["both_top", "source_top", "target_top"]
     # the same trained system stands in both tables
     by_row = {(r["table"], r["row"]): r for r in memory}
     assert by_row[(1, "memory")]["s_bleu"] == by_row[(3, "both_top")]["s_bleu"]
     lstm = rows_of(out, "lstm")
     assert [r["row"] for r in lstm] == ["1to1", "3to3", "3to3_lstm"]
     # the 1-to-1 system is the sentence-level transformer of the other tables, trained once
-    assert lstm[0]["s_bleu"] == rows_of(out, "rfa_table1")[0]["s_bleu"]
+    assert lstm[0]["s_bleu"] == rows_of(out, "lsh_table2")[0]["s_bleu"]
 
 
 def test_each_script_resumes_and_prints_its_table(smoke_all):
     out, _ = smoke_all
-    for name in SCRIPTS:
-        before = (out / f"{name}.json").read_text()
-        done = reproduce(name, "--smoke", "--out", str(out))
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert "] started " not in done.stderr  # every system was finished by the run above
-        assert "| ---" in done.stdout
-        assert json.loads(before)["rows"] == json.loads((out / f"{name}.json").read_text())["rows"]
+    before = {name: json.loads((out / f"{name}.json").read_text())["rows"] for name in SCRIPTS}
+    for pair in (SCRIPTS[i:i + 2] for i in range(0, len(SCRIPTS), 2)):  # two at a time: two cores
+        processes = {name: subprocess.Popen(["bash", os.path.join(ROOT, "scripts", f"reproduce_{name}.sh"), "--smoke",
+                                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                            text=True) for name in pair}
+        for name, process in processes.items():
+            stdout, stderr = process.communicate(timeout=600)
+            assert process.returncode == 0, stderr[-2000:]
+            assert "] started " not in stderr  # every system was finished by the run above
+            assert "| ---" in stdout
+            assert before[name] == json.loads((out / f"{name}.json").read_text())["rows"]
 
 
 def test_missing_data_is_reported_before_any_work(tmp_path):
@@ -245,6 +294,19 @@ def test_every_embedded_system_gets_the_same_budget_and_the_memory_stages_share_
         assert totals == {budget}
 
 
+def test_each_system_is_evaluated_for_what_its_tables_show():
+    """Figure 3 shows consistency: a system only it shows is not decoded; the memory model's stage 1,
+    which no table shows, is trained only; Table 1's systems are left to its search."""
+    from rfa_doc_mt.reproduce.cli import static_requests
+
+    plan = [(experiment, experiment.rows(EMBEDDED)) for experiment in EXPERIMENTS.values()]
+    systems, evaluate = static_requests(plan, searched=True)
+    assert evaluate["demo-rfa_L2"] == {"consistency"} and evaluate["demo-transformer_L3"] == {"test", "consistency"}
+    assert evaluate["demo-transformer_L1-memory_stage1"] == set()
+    assert "demo-rfa_sgate_L4" not in evaluate and "demo-rfa_L4" in evaluate  # RFA L=4: Figure 3 shows it
+    assert "demo-rfa_sgate_L4" in static_requests(plan, searched=False)[1]
+
+
 def test_list_prints_every_system_with_its_config_and_updates():
     done = subprocess.run([sys.executable, "-m", "rfa_doc_mt.reproduce", "--list", "--budget", "800"],
                           capture_output=True, text=True, cwd=ROOT)
@@ -254,6 +316,16 @@ def test_list_prints_every_system_with_its_config_and_updates():
     assert any("demo-transformer_L1-memory_stage1" in line and "600 updates" in line for line in lines)
     assert any("demo-memory_L1" in line and "200 updates, fine-tuned from demo-transformer_L1-memory_stage1" in line
                for line in lines)
+    # Table 1: the search's settings with their runs, and the seeds
+    assert any("rfa_L4: projections (cross+causal) {128+16, 64+32}, then learning rate {1e-3, 2e-3} (3 runs)" in line
+               for line in lines)
+    assert any("demo-rfa_L4-p128x16" in line and "lr 2e-3, 128+16" in line for line in lines)
+    assert any("rfa_sgate_L4: b_f {1, 2}, at rfa_L4's chosen learning rate and projections" in line for line in lines)
+    assert any("rfa_L1: learning rate {1e-3, 2e-3}, at rfa_L4's chosen projections" in line for line in lines)
+    assert any("seeds: 3 per row" in line and "25 runs in all" in line for line in lines)  # 13 settings + 6 x 2
+    two = subprocess.run([sys.executable, "-m", "rfa_doc_mt.reproduce", "--list", "--seeds", "2"],
+                         capture_output=True, text=True, cwd=ROOT).stdout
+    assert "seeds: 2 per row" in two and "19 runs in all" in two
 
 
 def test_learning_curve_reads_the_validation_lines_of_a_log(tmp_path):

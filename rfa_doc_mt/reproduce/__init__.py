@@ -3,7 +3,11 @@
 ``scripts/reproduce_<experiment>.sh`` call this. Experiments (``--list`` prints them):
 
 * ``rfa_table1``: BLEU of the transformer and RFA at L = 1, and of the transformer, RFA,
-  RFA-sgate-avg and RFA-sgate at L = 4 (paper 000, Table 1).
+  RFA-sgate-avg and RFA-sgate at L = 4 (paper 000, Table 1). On the embedded corpus each
+  system's learning rate, RFA's projections and the gates' b_f are searched as the paper did
+  (seed 1, chosen on validation BLEU; :mod:`.search`), the chosen setting trains ``--seeds``
+  seeds, and each system is compared with the transformer of its L seed by seed (paired
+  bootstrap: ``python -m rfa_doc_mt.scoring.compare``).
 * ``rfa_figure3``: contrastive consistency per phenomenon of the transformer and RFA at
   L = 1..4 with the random baseline (paper 000, Figure 3).
 * ``rfa_figure4``: RFA's decoding speedup over the transformer for L = 1..15 (paper 000,
@@ -30,6 +34,7 @@ numbers beside ours, the machine and the command), plus a PNG where the paper ha
 
 The package, by concern: :mod:`.papers` (systems, experiments, the budget and the papers'
 numbers), :mod:`.experiments` (which systems each experiment trains, and how long),
+:mod:`.search` (Table 1's hyper-parameter search and seeds),
 :mod:`.running` (checks, training, benchmarks), :mod:`.tables` (results, tables, plots) and
 :mod:`.cli` (the command line).
 """

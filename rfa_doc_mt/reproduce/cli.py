@@ -6,33 +6,42 @@ import os
 import shlex
 import sys
 import time
-from typing import List, Optional
+from dataclasses import replace
+from typing import Dict, List, Optional, Tuple
 
 from ..bench.common import commit_info, machine_info, write_json
 from ..data.io import DataError, atomic_write
 from . import __doc__ as PACKAGE_DOC
 from .experiments import EXPERIMENTS, budget_note, embedded_train_args, print_list, systems_to_train
-from .papers import EMBEDDED, FULL_BUDGET, ROOT, SMOKE_TRAIN_ARGS, Experiment, System
+from .papers import DEFAULT_SEEDS, EMBEDDED, FULL_BUDGET, ROOT, SMOKE_SEEDS, SMOKE_TRAIN_ARGS, Experiment, System
 from .running import (
     config_problems,
     data_problems,
+    finished,
     log,
     prepare_embedded,
     run_benchmark,
     run_systems,
     speed_corpus,
 )
+from .search import FULL_PLAN, SMOKE_PLAN, SMOKE_SEEDED_ROWS, Table1Search
 from .tables import curves_plot, system_results
 
 
 class Context:
-    """What a table function reads: the systems (row id, System), their results, the benchmark."""
+    """What a table function reads: the systems (row id, System), their results, the benchmark;
+    for a table of several seeds, ``seeds`` (row id → [(seed, System)]), the ``search`` that
+    chose them and the ``runs`` directory (their outputs, compared between systems)."""
 
-    def __init__(self, systems, results, bench, png_path):
+    def __init__(self, systems, results, bench, png_path, seeds=None, search=None, runs=None):
         self.systems, self.results, self.bench, self.png_path = systems, results, bench, png_path
+        self.seeds: Dict[str, List[Tuple[int, System]]] = seeds or {row: [(1, system)] for row, system in systems}
+        self.search: Optional[Table1Search] = search
+        self.runs = runs
         self.notes: List[str] = []
         self.plot: Optional[str] = None
         self.curves: Optional[str] = None
+        self.extra: dict = {}  # more top-level entries of the JSON
 
 
 def write_outputs(experiment: Experiment, out: str, corpus: str, context: Context, table: str, rows: list,
@@ -58,9 +67,53 @@ def write_outputs(experiment: Experiment, out: str, corpus: str, context: Contex
                 "rows": rows, "notes": notes, "plot": context.plot, "curves_plot": context.curves,
                 "curves": {system.key: context.results[system.key]["curve"] for _, system in context.systems},
                 "stage1_curves": {system.starts_from: context.results[system.key]["stage1_curve"]
-                                  for _, system in context.systems if system.starts_from}},
+                                  for _, system in context.systems if system.starts_from}, **context.extra},
                os.path.join(out, f"{experiment.name}.json"))
     return text
+
+
+def static_requests(plan, searched: bool) -> Tuple[List[System], Dict[str, set]]:
+    """The systems the experiments' rows train (Table 1's left to its search when ``searched``)
+    and what each must be evaluated for: what the tables that show it read (Figure 3 reads
+    consistency only), nothing for a system only started from (the memory model's stage 1)."""
+    static = [(experiment, system) for experiment, rows in plan if not (searched and experiment.searches)
+              for _, system in rows]
+    systems = systems_to_train(("", system) for _, system in static)
+    evaluate: Dict[str, set] = {system.key: set() for system in systems}
+    for experiment, system in static:
+        evaluate[system.key].update(experiment.evaluates)
+    return systems, evaluate
+
+
+def share_identical_runs(systems: List[System], train_args, runs: str, evaluate: Dict[str, set]) -> List[System]:
+    """Systems trained from the same config with the same arguments are one run: the later ones
+    become links to the first's run directory (in a smoke run the memory model's stage 1 is the
+    L=1 transformer), their evaluations its, the systems started from them start from it."""
+    first: Dict[tuple, System] = {}
+    alias: Dict[str, str] = {}
+    for system in sorted(systems, key=lambda s: not evaluate[s.key]):  # a table's run first, then a stage 1
+        signature = (system.config, tuple(train_args(system)), system.starts_from)
+        path = os.path.join(runs, system.key)
+        own_run = os.path.isdir(path) and not os.path.islink(path)  # trained on its own earlier: kept
+        if signature in first and not own_run:
+            alias[system.key] = first[signature].key
+        else:
+            first.setdefault(signature, system)
+    kept = []
+    for system in systems:
+        if system.key in alias:
+            target = alias[system.key]
+            evaluate[target] |= evaluate.pop(system.key)
+            os.makedirs(runs, exist_ok=True)
+            link = os.path.join(runs, system.key)
+            if not os.path.islink(link):
+                os.symlink(target, link)
+            log(f"{system.key}: the same training as {target}, shares its run")
+            continue
+        if system.starts_from in alias:
+            system = replace(system, starts_from=alias[system.starts_from])
+        kept.append(system)
+    return kept
 
 
 def main(argv=None) -> int:
@@ -77,17 +130,28 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=int, default=FULL_BUDGET,
                         help=f"updates per system on the embedded corpus (default {FULL_BUDGET}, the full run; "
                              "fewer make a shorter run whose tables say so)")
-    parser.add_argument("--list", action="store_true", help="list experiments, corpora and systems, then exit")
+    parser.add_argument("--seeds", type=int,
+                        help=f"Table 1 (rfa_table1) on the embedded corpus: seeds each system's chosen setting "
+                             f"trains with, seed 1 being its search run (default {DEFAULT_SEEDS}; with --smoke "
+                             f"{SMOKE_SEEDS} for the L=1 rows, 1 for the others): the table gives their mean and "
+                             "standard deviation and compares each seed with the transformer's of the same seed")
+    parser.add_argument("--list", action="store_true",
+                        help="list experiments, corpora and systems (Table 1's search and seeds), then exit")
     args = parser.parse_args(argv)
     if args.budget < 1:
         parser.error("--budget must be at least 1")
+    if args.seeds is not None and args.seeds < 1:
+        parser.error("--seeds must be at least 1")
+    seeds = args.seeds if args.seeds is not None else SMOKE_SEEDS if args.smoke else DEFAULT_SEEDS
     if args.list:
-        print_list(args.budget)
+        print_list(args.budget, seeds, SMOKE_PLAN if args.smoke else FULL_PLAN)
         return 0
     if args.experiment not in list(EXPERIMENTS) + ["all"]:
         parser.error(f"experiment must be one of {', '.join(list(EXPERIMENTS) + ['all'])}, got {args.experiment!r}")
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    if args.seeds is not None and args.corpus != EMBEDDED:
+        parser.error("--seeds goes with the embedded corpus (a real corpus trains each paper config once)")
     experiments = list(EXPERIMENTS.values()) if args.experiment == "all" else [EXPERIMENTS[args.experiment]]
     if args.experiment == "all" and args.corpus != EMBEDDED:
         parser.error("`all` runs on the embedded corpus; run each experiment with its own --corpus and --data")
@@ -100,11 +164,25 @@ def main(argv=None) -> int:
         + "".join(f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:])[1:])
     start = time.monotonic()
 
-    # 1. check everything before any long work
-    plan = [(experiment, experiment.systems(args.corpus)) for experiment in experiments]
-    systems = systems_to_train(row for _, rows in plan for row in rows)
-    problems = config_problems(systems)
+    # 1. what to run: every row's system once; Table 1's search on the embedded corpus adds its
+    # settings' runs, then their seeds, as it goes
+    plan = [(experiment, experiment.rows(args.corpus, args.smoke)) for experiment in experiments]
+    runs = os.path.join(out, "runs")
+    searching = [(experiment, rows) for experiment, rows in plan if experiment.searches and args.corpus == EMBEDDED]
+    # a smoke run's extra seed: for the L = 1 rows only, unless --seeds says otherwise
+    seeded_rows = SMOKE_SEEDED_ROWS if args.smoke and args.seeds is None else None
+    search = Table1Search(searching[0][1], SMOKE_PLAN if args.smoke else FULL_PLAN, seeds, runs, seeded_rows) \
+        if searching else None
+    systems, evaluate = static_requests(plan, searched=search is not None)
+
+    # 2. check everything before any long work (the configs where anything is left to train)
     data = os.path.abspath(args.data) if args.data else None
+    scored = os.path.isdir(os.path.join(data or os.path.join(out, "data"), "consistency"))
+    left = [s.key for s in systems if not finished(os.path.join(runs, s.key), evaluate[s.key], scored)]
+    if search:
+        left += [s.key for s, done in search.requests() if not finished(os.path.join(runs, s.key), done, scored)]
+    problems = config_problems(systems_to_train(row for _, rows in plan for row in rows)) \
+        if left or (search and not search.done()) else []
     if data is not None:
         problems += data_problems(data, any(e.needs_consistency for e in experiments if e.systems(args.corpus)),
                                   selects_on_consistency=args.corpus == "opensub-consistency")
@@ -116,19 +194,29 @@ def main(argv=None) -> int:
         if problems:
             raise DataError("the embedded corpus is incomplete (delete it to regenerate):\n  " + "\n  ".join(problems))
 
-    # 2. train, decode and score every system once; longest first (LSH), fine-tuned ones last
+    # 3. train, decode and score; longest first (LSH, and the settings other rows wait for),
+    # fine-tuned ones last
     def priority(system: System) -> int:
-        return 0 if "lsh" in system.key else 2 if system.starts_from else 1
-    runs = os.path.join(out, "runs")
-    train_args = {system.key: SMOKE_TRAIN_ARGS if args.smoke else
-                  embedded_train_args(system, args.budget) if args.corpus == EMBEDDED else []
-                  for system in systems}
-    if systems:
-        log(f"{len(systems)} systems -> {runs} ({args.jobs} at a time"
-            + (f"; {args.budget} updates each" if args.corpus == EMBEDDED and not args.smoke else "") + ")")
-        run_systems(sorted(systems, key=priority), data, runs, args.jobs, train_args)
+        first = "lsh" in system.key or (search is not None and search.unlocks(system))
+        return 0 if first else 2 if system.starts_from else 1
 
-    # 3. benchmarks, alone on the machine, then the tables
+    def train_args(system: System) -> List[str]:
+        budget = SMOKE_TRAIN_ARGS if args.smoke else \
+            embedded_train_args(system, args.budget) if args.corpus == EMBEDDED else []
+        return [*budget, *system.overrides]
+
+    systems = share_identical_runs(systems, train_args, runs, evaluate)
+    if systems or search:
+        log(f"{len(systems)} systems" + (" and Table 1's search" if search else "") + f" -> {runs} "
+            f"({args.jobs} at a time" + (f"; {args.budget} updates each" if args.corpus == EMBEDDED and not args.smoke
+                                         else "") + ")")
+        run_systems([(system, tuple(sorted(evaluate[system.key]))) for system in systems], data, runs, args.jobs,
+                    train_args, more=search.requests if search else None, priority=priority)
+    if search and not search.done():
+        raise DataError("Table 1's search did not finish: a setting's run has no validation score (see the logs in "
+                        f"{runs})")
+
+    # 4. benchmarks, alone on the machine, then the tables
     for experiment, rows in plan:
         bench = None
         if experiment.benchmark == "decode_speed":
@@ -136,16 +224,22 @@ def main(argv=None) -> int:
                                   args.smoke)
         elif experiment.benchmark == "training_memory":
             bench = run_benchmark("training_memory", out, data, args.smoke)
+        seed_systems = None
+        if search and experiment.searches:
+            seed_systems = {row: search.plans[row].seeds for row, _ in rows}
+            rows = [(row, seed_systems[row][0][1]) for row, _ in rows]  # each row's seed-1 run of its choice
+        every = [system for _, system in rows] + [system for seeded in (seed_systems or {}).values()
+                                                  for _, system in seeded]
         results = {system.key: system_results(os.path.join(runs, system.key), os.path.join(
-            runs, system.starts_from) if system.starts_from else None) for _, system in rows}
-        context = Context(rows, results, bench, os.path.join(out, f"{experiment.name}.png"))
+            runs, system.starts_from) if system.starts_from else None) for system in every}
+        context = Context(rows, results, bench, os.path.join(out, f"{experiment.name}.png"), seed_systems,
+                          search if experiment.searches else None, runs)
         table, json_rows = experiment.table(context)
         if rows:
             context.curves = curves_plot(rows, results, os.path.join(out, f"{experiment.name}_curves.png"),
                                          f"{experiment.title}: validation loss")
             context.notes.append(budget_note(args, results))
-        signature = next(iter(results.values()))["bleu_signature"] if results and experiment.name != "rfa_figure3" \
-            else None
+        signature = next((r["bleu_signature"] for r in results.values() if r["bleu_signature"]), None)
         text = write_outputs(experiment, out, args.corpus, context, table, json_rows, command, signature)
         print(text, flush=True)
     log(f"done in {time.monotonic() - start:.0f} s; tables: " +

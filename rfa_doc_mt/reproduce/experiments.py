@@ -103,17 +103,22 @@ def lstm_systems(embedded: bool) -> List[Tuple[str, System]]:
 EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
     Experiment("rfa_table1", "Paper 000, Table 1: BLEU at L = 1 and L = 4", "000",
                {EMBEDDED: rfa_table1_systems(None), "iwslt15": rfa_table1_systems("iwslt"),
-                "opensub-bleu": rfa_table1_systems("opensub_bleu")}, False, table_rfa_table1),
+                "opensub-bleu": rfa_table1_systems("opensub_bleu")}, False, table_rfa_table1, searches=True),
     Experiment("rfa_figure3", "Paper 000, Figure 3: contrastive consistency per phenomenon, L = 1..4", "000",
                {EMBEDDED: rfa_figure3_systems(None), "opensub-consistency": rfa_figure3_systems("opensub_consistency")},
-               True, table_rfa_figure3),
+               True, table_rfa_figure3, evaluates=("consistency",),
+               smoke_rows=("transformer_L1", "transformer_L4", "rfa_L1", "rfa_L4")),
     Experiment("rfa_figure4", "Paper 000, Figure 4: RFA's decoding speedup over the transformer", "000",
                {EMBEDDED: [], "iwslt15": []}, False, table_rfa_figure4, benchmark="decode_speed"),
     Experiment("lsh_table2", "Paper 003, Table 2: LSH attention against the context size", "003",
                {EMBEDDED: lsh_systems(True), "paper": lsh_systems(False)}, False, table_lsh_table2,
-               benchmark="training_memory"),
+               benchmark="training_memory",
+               # LSH self-attention (all pairs at k=0, in chunks at k=3) runs in LSH self+cross too
+               smoke_rows=("full_k0", "full_k3", "self-cross_k0", "self-cross_k3")),
     Experiment("memory_table1", "Paper 004, Tables 1 and 3: recurrent memory fine-tuned from the sentence model",
-               "004", {EMBEDDED: memory_systems(True), "paper": memory_systems(False)}, False, table_memory_table1),
+               "004", {EMBEDDED: memory_systems(True), "paper": memory_systems(False)}, False, table_memory_table1,
+               # the memory's layers are one option (the top layer trains), its sides another (each trains)
+               smoke_rows=("baseline", "memory", "both_top", "source_top", "target_top")),
     Experiment("lstm", "Paper 002: 1-to-1, 3-to-3 and 3-to-3 long-short term masking", "002",
                {EMBEDDED: lstm_systems(True), "paper": lstm_systems(False)}, False, table_lstm),
 ]}
@@ -166,7 +171,8 @@ def embedded_train_args(system: System, budget: int) -> List[str]:
 
 def budget_note(args, results: dict) -> str:
     if args.smoke:
-        return "Smoke run: 3 updates per system, a tiny corpus; the numbers test the machinery only."
+        return ("Smoke run: 3 updates per system, a tiny corpus, the rows that exercise distinct code; the numbers "
+                "test the machinery only.")
     if args.corpus != EMBEDDED:
         return ("Updates: as the paper configs train (until early stopping), shown per row; the learning "
                 "curves are in the PNG beside this table.")
@@ -179,8 +185,11 @@ def budget_note(args, results: dict) -> str:
             f"validation loss.{short} Learning curves: the PNG beside this table.")
 
 
-def print_list(budget: int) -> None:
-    """Every experiment, corpus and system with its config and its number of updates."""
+def print_list(budget: int, seeds: int, plan=None) -> None:
+    """Every experiment, corpus and system with its config and its number of updates; for
+    Table 1 on the embedded corpus, the settings its search tries and the seeds it trains."""
+    from .search import FULL_PLAN, describe_search
+
     for experiment in EXPERIMENTS.values():
         print(f"{experiment.name}: {experiment.title}  [{experiment.script}]")
         for corpus, rows in experiment.corpora.items():
@@ -188,6 +197,10 @@ def print_list(budget: int) -> None:
                 print(f"  --corpus {corpus}: benchmark only")
                 continue
             print(f"  --corpus {corpus}:")
+            if corpus == EMBEDDED and experiment.searches:
+                for line in describe_search(rows, plan or FULL_PLAN, seeds, budget):
+                    print(f"    {line}")
+                continue
             for system in systems_to_train(rows):
                 if corpus == EMBEDDED:
                     updates = f"{system.updates(budget)} updates"

@@ -22,10 +22,16 @@ MEMORY_FINETUNE_SHARE = 0.25
 # Validations per run, at the same updates for every system: learning curves, and checkpoint
 # selection (checkpoint_best.pt) among the same points.
 VALIDATIONS_PER_RUN = 16
-# --smoke: a tiny corpus and a few updates, to test the machinery end to end
-SMOKE_CORPUS = ["--train-documents", "40", "--valid-documents", "4", "--test-documents", "3",
+# --smoke: a tiny corpus and a few updates, to test the machinery end to end. Its models, 3
+# updates from random, translate every window to the length limit: the valid and test splits
+# are two documents each (the decode-speed benchmark of a smoke run needs two windows at L = 2)
+SMOKE_CORPUS = ["--train-documents", "40", "--valid-documents", "2", "--test-documents", "2",
                 "--contrastive-pairs", "10", "--workers", "1"]
 SMOKE_TRAIN_ARGS = ["--max-update", "3", "--max-tokens", "1024", "--log-interval", "1"]
+# Table 1 on the embedded corpus: the seeds each system's chosen setting trains with (--seeds;
+# search.py), in a full run and in a smoke run (two: the mean and spread over seeds are computed)
+DEFAULT_SEEDS = 3
+SMOKE_SEEDS = 2
 
 
 # ---------------------------------------------------------------------------------------
@@ -38,13 +44,16 @@ class System:
 
     ``starts_from``: the key of the system it is fine-tuned from. ``share``: its part of the
     embedded budget (the memory model's stage 1 and 2 together make one budget). ``name``: its
-    run directory when the config alone does not tell it (a stage-1 run of a shared config)."""
+    run directory when the config alone does not tell it (a stage-1 run of a shared config, a
+    setting of Table 1's search). ``overrides``: fairseq-train arguments appended to the
+    config's (another learning rate, seed, ...)."""
 
     label: str
     config: str
     starts_from: Optional[str] = None
     share: float = 1.0
     name: Optional[str] = None
+    overrides: Tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -78,6 +87,20 @@ class Experiment:
     table: Callable  # (experiment, context) → (markdown, json rows)
     benchmark: Optional[str] = None  # "decode_speed" or "training_memory"
     script: str = ""
+    # on the embedded corpus its rows' settings are searched and each chosen one trains with
+    # several seeds (search.py: Table 1)
+    searches: bool = False
+    # what its table reads of each system after the training (running.EVALUATIONS): Figure 3
+    # shows consistency only, and its systems need no decoding of the test split
+    evaluates: Tuple[str, ...] = ("test", "consistency")
+    # --smoke: the rows that train (None: all), those that exercise code the others do not; the
+    # rows left out differ from one kept only in a setting (a context size, a memory layer)
+    smoke_rows: Optional[Tuple[str, ...]] = None
+
+    def rows(self, corpus: str, smoke: bool = False) -> List[Tuple[str, System]]:
+        """The rows a run trains: every row, or a smoke run's."""
+        rows = self.systems(corpus)
+        return [row for row in rows if row[0] in self.smoke_rows] if smoke and self.smoke_rows else rows
 
     def systems(self, corpus: str) -> List[Tuple[str, System]]:
         if corpus not in self.corpora:

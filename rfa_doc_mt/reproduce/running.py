@@ -9,7 +9,7 @@ import shlex
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..data.io import DataError, atomic_write
 from .papers import EMBEDDED, ROOT, SHARED_WIT3, SMOKE_CORPUS, System
@@ -123,71 +123,139 @@ def config_problems(systems: Sequence[System]) -> List[str]:
 # running systems
 
 
-def finished(run_dir: str, needs_consistency: bool) -> bool:
-    if not os.path.isfile(os.path.join(run_dir, "test.bleu.json")):
-        return False
-    return not needs_consistency or os.path.isfile(os.path.join(run_dir, "consistency.json"))
+# What run_system.sh can do after the training (its EVALUATE): decode and score the validation
+# split, the test split, score the contrastive sets
+EVALUATIONS = ("valid", "test", "consistency")
+FULL_EVALUATION = ("test", "consistency")
 
 
-def run_systems(systems: Sequence[System], data: str, runs: str, jobs: int,
-                train_args: Dict[str, Sequence[str]]) -> None:
-    """Train, decode and score each system (scripts/run_system.sh), ``jobs`` at a time, with
-    its extra fairseq-train arguments ``train_args[system.key]``.
+def finished(run_dir: str, evaluate: Sequence[str], scoring_consistency: bool) -> bool:
+    """Whether a run has finished its training (train.sh's train.done) and has what ``evaluate``
+    asks of it (consistency only where the corpus has contrastive sets)."""
+    outputs = {"valid": "valid.bleu.json", "test": "test.bleu.json", "consistency": "consistency.json"}
+    return os.path.isfile(os.path.join(run_dir, "train.done")) and \
+        all(os.path.isfile(os.path.join(run_dir, outputs[step])) for step in evaluate
+            if step != "consistency" or scoring_consistency)
 
-    A fine-tuned system starts once the system it starts from has finished. Prints a line per
-    start and finish; raises DataError listing the failures at the end."""
+
+Request = Tuple[System, Tuple[str, ...]]  # a system, and what to evaluate after its training (EVALUATIONS)
+
+
+class _Task:
+    def __init__(self, system: System, evaluate: Sequence[str]):
+        self.system, self.evaluate = system, set(evaluate)
+
+    @property
+    def key(self) -> str:
+        return self.system.key
+
+    def ordered(self) -> List[str]:
+        return [step for step in EVALUATIONS if step in self.evaluate]
+
+
+def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
+                arguments: Callable[[System], Sequence[str]], more: Optional[Callable[[], List[Request]]] = None,
+                priority: Callable[[System], int] = lambda system: 0) -> None:
+    """Train, decode and score systems (scripts/run_system.sh), ``jobs`` at a time, each with
+    its extra fairseq-train ``arguments(system)``, then evaluated as requested for it (any of
+    ``EVALUATIONS``: a system of Figure 3 alone needs no test decoding, a setting of Table 1's
+    search its validation split only).
+
+    ``more()``, called at the start and whenever a run ends, may request further runs (Table
+    1's search requests each system's seeds once it has chosen its setting). A system requested
+    twice before it starts runs once for both requests; one run of a system at a time. A
+    fine-tuned system starts once the system it starts from has finished. Lowest ``priority``
+    first, then in the order requested. Prints a line per start and finish; raises DataError
+    listing the failures at the end."""
     scoring_consistency = os.path.isdir(os.path.join(data, "consistency"))
-    by_key = {s.key: s for s in systems}
-    pending = [s for s in systems if not finished(os.path.join(runs, s.key), scoring_consistency)]
-    for system in systems:
-        if system not in pending:
-            log(f"{system.key}: finished earlier (OUT/runs/{system.key}), skipped")
-    total, started = len(pending), 0
-    running: Dict[str, Tuple[subprocess.Popen, float, object]] = {}
+    requested: Dict[str, set] = {}
+    systems: Dict[str, System] = {}
+    pending: List[_Task] = []
+    running: Dict[str, Tuple[subprocess.Popen, float, object, _Task]] = {}
     failed: Dict[str, str] = {}
+    counts = {"started": 0, "done": 0}
     os.makedirs(runs, exist_ok=True)
     begun = time.monotonic()
+
+    def add(new: Sequence[Request]) -> None:
+        for system, evaluate in new:
+            unknown = set(evaluate) - set(EVALUATIONS)
+            if unknown:
+                raise ValueError(f"{system.key}: cannot evaluate {sorted(unknown)}")
+            first = system.key not in requested  # a first request trains, whatever it evaluates
+            missing = set(evaluate) - requested.setdefault(system.key, set())
+            if not missing and not first:
+                continue
+            requested[system.key] |= missing
+            systems.setdefault(system.key, system)
+            waiting = next((task for task in pending if task.key == system.key), None)
+            if waiting is not None:
+                waiting.evaluate |= missing
+            else:
+                pending.append(_Task(system, missing))
+
+    def unfinished(key: str) -> bool:
+        return key in running or any(task.key == key for task in pending)
+
+    add(requests)
+    if more is not None:
+        add(more())
     while pending or running:
-        for key, (process, start, handle) in list(running.items()):
+        for key, (process, start, handle, task) in list(running.items()):
             if process.poll() is None:
                 continue
             handle.close()
             del running[key]
             log_path = os.path.join(runs, f"{key}.log")
             if process.returncode == 0:
-                log(f"finished {key} in {time.monotonic() - start:.0f} s "
-                    f"({total - len(pending) - len(running)}/{total} done, {time.monotonic() - begun:.0f} s so far)")
+                counts["done"] += 1
+                log(f"finished {key} in {time.monotonic() - start:.0f} s ({counts['done']} runs done, "
+                    f"{len(pending) + len(running)} waiting or running, {time.monotonic() - begun:.0f} s so far)")
             else:
                 with open(log_path, encoding="utf-8", errors="replace") as f:
                     tail = "".join(f.readlines()[-12:])
                 failed[key] = log_path
                 log(f"FAILED {key} (exit {process.returncode}); the end of {log_path}:\n{tail}")
-        for system in list(pending):
+            if more is not None:
+                add(more())
+        pending.sort(key=lambda task: priority(task.system))  # stable: the order requested within a priority
+        for task in list(pending):
             if len(running) >= jobs:
                 break
-            parent = by_key.get(system.starts_from) if system.starts_from else None
+            system = task.system
+            if system.key in running:
+                continue
+            parent = systems.get(system.starts_from) if system.starts_from else None
             if parent is not None:
                 if parent.key in failed:
                     failed[system.key] = f"starts from {parent.key}, which failed"
-                    pending.remove(system)
+                    pending.remove(task)
                     log(f"skipped {system.key}: it starts from {parent.key}, which failed")
                     continue
-                if parent in pending or parent.key in running:
+                if unfinished(parent.key):
                     continue
-            pending.remove(system)
-            started += 1
+            pending.remove(task)
             run_dir = os.path.join(runs, system.key)
-            system_env = dict(os.environ, OMP_NUM_THREADS="1")
+            evaluate = task.ordered()
+            if finished(run_dir, evaluate, scoring_consistency):
+                log(f"{system.key}: finished earlier (OUT/runs/{system.key}), skipped")
+                if more is not None:
+                    add(more())
+                continue
+            counts["started"] += 1
+            system_env = dict(os.environ, OMP_NUM_THREADS="1", EVALUATE=" ".join(evaluate))
             if parent is not None:  # main() checked that every starts_from is in the plan
                 system_env["MEMORY_PRETRAINED"] = os.path.join(runs, parent.key, "checkpoint_best.pt")
             command = [os.path.join(ROOT, "scripts", "run_system.sh"), os.path.join(ROOT, system.config), data,
-                       run_dir, *train_args.get(system.key, ())]
+                       run_dir, *arguments(system)]
             handle = open(os.path.join(runs, f"{system.key}.log"), "a", encoding="utf-8")
-            handle.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(command)}\n")
+            handle.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} EVALUATE='{' '.join(evaluate)}' "
+                         f"{shlex.join(command)}\n")
             handle.flush()
             process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=system_env)
-            running[system.key] = (process, time.monotonic(), handle)
-            log(f"started {system.key} [{started}/{total}] (progress: tail -f {runs}/{system.key}.log)")
+            running[system.key] = (process, time.monotonic(), handle, task)
+            log(f"started {system.key} [{counts['started']}] (then: {', '.join(evaluate) or 'nothing'}; progress: "
+                f"tail -f {runs}/{system.key}.log)")
         if running:
             time.sleep(1.0)
     if failed:
@@ -215,7 +283,9 @@ def run_benchmark(kind: str, out: str, corpus_data: str, smoke: bool) -> dict:
         plot = [python, "-m", "rfa_doc_mt.bench.decode_speed", "plot", path, "--out",
                 os.path.join(out, "rfa_figure4.png")]
     else:
-        settings = ["--quick", "--context-sizes", "0,3"] if smoke else ["--tokens", "3133"]
+        # a smoke run measures the attentions its LSH table trains (the measurement is the same for each)
+        settings = ["--quick", "--context-sizes", "0,3", "--attentions", "full,self-cross"] if smoke else \
+            ["--tokens", "3133"]
         command = [python, "-m", "rfa_doc_mt.bench.training_memory", "run", "--out", path, "--threads", "1",
                    *settings]
         plot = [python, "-m", "rfa_doc_mt.bench.training_memory", "plot", path, "--out",

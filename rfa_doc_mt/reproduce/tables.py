@@ -41,10 +41,12 @@ def read_json(path: str) -> dict:
 
 def system_results(run_dir: str, parent_dir: Optional[str] = None) -> dict:
     """Scores, updates trained and learning curve of a finished run (``parent_dir``: the run it
-    was fine-tuned from, whose updates and curve come first)."""
-    bleu = read_json(os.path.join(run_dir, "test.bleu.json"))
-    result = {"s_bleu": bleu["s_bleu"]["score"], "d_bleu": bleu["d_bleu"]["score"],
-              "bleu_signature": bleu["s_bleu"]["signature"], "updates": trained_updates(run_dir),
+    was fine-tuned from, whose updates and curve come first). BLEU is None for a run whose test
+    split was not decoded (a system only Figure 3 shows)."""
+    bleu_path = os.path.join(run_dir, "test.bleu.json")
+    bleu = read_json(bleu_path) if os.path.isfile(bleu_path) else None
+    result = {"s_bleu": bleu["s_bleu"]["score"] if bleu else None, "d_bleu": bleu["d_bleu"]["score"] if bleu else None,
+              "bleu_signature": bleu["s_bleu"]["signature"] if bleu else None, "updates": trained_updates(run_dir),
               "curve": learning_curve(run_dir)}
     if parent_dir is not None:
         result["stage1_updates"], result["stage1_curve"] = trained_updates(parent_dir), learning_curve(parent_dir)
@@ -109,19 +111,115 @@ def updates_json(result: dict) -> dict:
 # tables
 
 
+def spread(values: Sequence[Optional[float]]) -> Optional[dict]:
+    """Mean and sample standard deviation (n - 1) over seeds; None where a value is missing."""
+    if not values or any(value is None for value in values):
+        return None
+    mean = sum(values) / len(values)
+    std = (sum((value - mean) ** 2 for value in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else None
+    return {"mean": mean, "std": std, "n": len(values)}
+
+
+def fmt_spread(summary: Optional[dict], digits: int = 2) -> str:
+    if summary is None:
+        return "—"
+    if summary["std"] is None:
+        return fmt(summary["mean"], digits)
+    return f"{summary['mean']:.{digits}f} ± {summary['std']:.{digits}f}"
+
+
+def fmt_comparison(comparison: Optional[dict], digits: int = 2) -> List[str]:
+    """A comparison (scoring.compare.Comparison as JSON) as two cells: the difference with its
+    95% interval, "+0.12 [-0.30, +0.55]", and p; dashes for none."""
+    if comparison is None:
+        return ["—", "—"]
+    low, high = comparison["interval"]
+    return [f"{comparison['difference']:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]",
+            f"{comparison['p_value']:.3f}"]
+
+
+TABLE1_METRICS = (("s_bleu", 2), ("d_bleu", 2), ("pooled_consistency", 1))  # and the digits shown
+
+
+def seed_figures(system, result: dict, seed: int) -> dict:
+    return {"seed": seed, "run": system.key, "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"],
+            "pooled_consistency": pooled(result), **updates_json(result)}
+
+
+def compare_seeds(runs: str, baseline: Sequence, system: Sequence) -> List[dict]:
+    """Each seed of ``system`` against the same seed of ``baseline`` ([(seed, System)] each; a
+    seed the baseline lacks is not compared): s-BLEU, d-BLEU and pooled consistency
+    (scoring.compare), as JSON."""
+    from ..scoring.compare import compare_runs
+
+    baseline_seeds = dict(baseline)
+    compared = []
+    for seed, other in system:
+        if seed not in baseline_seeds:
+            continue
+        base = baseline_seeds[seed]
+        comparisons = compare_runs(os.path.join(runs, base.key), os.path.join(runs, other.key))
+        compared.append({"seed": seed, "baseline_run": base.key, "run": other.key,
+                         **{metric: c.as_dict() for (metric, _), c in zip(TABLE1_METRICS, comparisons)}})
+    return compared
+
+
 def table_rfa_table1(context) -> Tuple[str, list]:
-    rows, json_rows = [], []
+    """Table 1 with each row's seeds (mean ± standard deviation), each system compared with the
+    transformer of its L seed by seed, and the search that chose the settings (embedded corpus)."""
+    rows, json_rows, against, compared_any = [], [], [], None
+    chosen = context.search.chosen() if context.search else {}
     for row_id, system in context.systems:
-        result = context.results[system.key]
+        seeded = context.seeds[row_id]
+        figures = [seed_figures(s, context.results[s.key], seed) for seed, s in seeded]
+        summary = {metric: spread([f[metric] for f in figures]) for metric, _ in TABLE1_METRICS}
         iwslt, subtitles = PAPER_RFA_TABLE1[row_id]
         window = row_id.rsplit("_L", 1)[1]
-        rows.append([system.label, window, updates_cell(result), fmt(result["s_bleu"]), fmt(result["d_bleu"]),
-                     fmt(iwslt, 1), fmt(subtitles, 1)])
-        json_rows.append({"row": row_id, "system": system.label, "config": system.config, "L": int(window),
-                          "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"], **updates_json(result),
-                          "paper_bleu": {"iwslt15_zh_en": iwslt, "opensubtitles_en_ru": subtitles}})
-    table = markdown(["system", "L", "updates", "s-BLEU (ours)", "d-BLEU (ours)", "paper IWSLT",
-                      "paper OpenSubtitles"], rows, right_from=1)
+        setting = chosen.get(row_id)
+        result = context.results[system.key]
+        rows.append([system.label, window, setting.label if setting else "config", updates_cell(result),
+                     str(len(seeded))] + [fmt_spread(summary[m], d) for m, d in TABLE1_METRICS] +
+                    [fmt(iwslt, 1), fmt(subtitles, 1)])
+        entry = {"row": row_id, "system": system.label, "config": system.config, "L": int(window),
+                 "setting": setting.as_dict() if setting else None, "seeds": figures, **summary,
+                 **updates_json(result), "paper_bleu": {"iwslt15_zh_en": iwslt, "opensubtitles_en_ru": subtitles}}
+        baseline_row = f"transformer_L{window}"
+        if row_id != baseline_row and baseline_row in context.seeds and context.runs:
+            compared = compare_seeds(context.runs, context.seeds[baseline_row], seeded)
+            entry["against"] = {"baseline_row": baseline_row, "per_seed": compared}
+            for seed_comparison in compared:
+                compared_any = compared_any or seed_comparison
+                cells = [cell for metric, digits in TABLE1_METRICS
+                         for cell in fmt_comparison(seed_comparison.get(metric), digits)]
+                against.append([system.label, window, str(seed_comparison["seed"])] + cells)
+        json_rows.append(entry)
+    table = markdown(["system", "L", "setting", "updates", "seeds", "s-BLEU", "d-BLEU", "consistency (pooled)",
+                      "paper IWSLT", "paper OpenSubtitles"], rows, right_from=1)
+    if against:
+        table += ("\n\nAgainst the transformer of the same L and seed (difference = system − transformer, "
+                  "its 95% interval, p):\n\n" +
+                  markdown(["system", "L", "seed", "Δ s-BLEU [95% interval]", "p", "Δ d-BLEU [95% interval]", "p",
+                            "Δ consistency [95% interval]", "p"], against, right_from=1))
+        bleu, consistency = compared_any["s_bleu"], compared_any.get("pooled_consistency")
+        context.notes.append(
+            f"Tests: s-BLEU over the {bleu['units']} test sentences and d-BLEU over the test documents with "
+            f"sacrebleu's {bleu['test'].replace(' (sacrebleu)', '')} ({bleu['samples']} resamples, seed "
+            f"{bleu['seed']}; its p-value)" + (
+                f"; consistency with a paired bootstrap over the {consistency['units']} contrastive examples (as "
+                "many resamples, the same seed; p of the shifted bootstrap)" if consistency else "") +
+            ". Intervals: the 2.5% and 97.5% order statistics of the paired resamples' differences; two identical "
+            "outputs: p = 1. The same figures for any two outputs: `python -m rfa_doc_mt.scoring.compare`.")
+    if context.search:
+        search_rows = context.search.search_rows()
+        context.extra["search"] = search_rows
+        context.extra["seeds"] = context.search.seeds
+        labels = {row_id: (system.label, row_id.rsplit("_L", 1)[1]) for row_id, system in context.systems}
+        table += ("\n\nSearch (seed 1, s-BLEU of the validation split; the chosen setting of each system "
+                  "marked; — where a system had one setting, nothing to choose):\n\n" +
+                  markdown(["system", "L", "setting", "validation s-BLEU", "chosen"],
+                           [[*labels[r["row"]], r["setting"]["label"], fmt(r["valid_s_bleu"]),
+                             "**chosen**" if r["chosen"] else ""] for r in search_rows], right_from=3))
+        context.notes.append(context.search.note())
     return table, json_rows
 
 
@@ -204,8 +302,9 @@ def curves_plot(systems, results, path: str, title: str) -> str:
                 axis.plot(*zip(*result["stage1_curve"]), ":", color="grey", label="stage 1 (sentence-level)")
                 stage1_drawn = True
             curve = [(updates + offset, loss) for updates, loss in curve]
-        if curve:  # labelled by config: a table's labels repeat across context sizes
-            axis.plot(*zip(*curve), marker=".", label=os.path.splitext(os.path.basename(system.config))[0])
+        if curve:  # labelled by config (a table's labels repeat across context sizes), or run for a variant
+            label = system.key if system.overrides else os.path.splitext(os.path.basename(system.config))[0]
+            axis.plot(*zip(*curve), marker=".", label=label)
     axis.set_xlabel("updates")
     axis.set_ylabel("validation loss (label-smoothed cross-entropy)")
     axis.set_title(title, fontsize=9)

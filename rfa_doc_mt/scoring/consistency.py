@@ -11,6 +11,9 @@ lowest loss (ties count as wrong). The model sees as much context as it was trai
 
 Accuracy is reported per phenomenon (one JSON file each) and per ``ctx_dist``, beside the
 random baseline of the same file: the mean over examples of 1 / number of distinct candidates.
+Each phenomenon's report also lists every counted example's outcome (``correct``: 1 right, 0
+wrong, in file order): two systems scored on the same sets are compared example by example
+(``python -m rfa_doc_mt.scoring.compare``).
 
 Identical candidates (Voita et al.'s released ellipsis sets repeat one in some examples) are one
 candidate: scored once, right when the true text has the lowest loss whichever copy
@@ -43,7 +46,8 @@ def accuracy_report(examples: Sequence[dict], losses: Sequence[Sequence[float]])
 
     Identical candidates are one candidate (they get identical losses): an example is right when
     the true text has the lowest loss of its distinct texts, whichever of its copies
-    ``true_ind`` names. An example with a single distinct text is skipped (``skipped``)."""
+    ``true_ind`` names. An example with a single distinct text is skipped (``skipped``).
+    ``correct``: the outcome of every counted example, in order (1 right, 0 wrong)."""
     if len(examples) != len(losses):
         raise ValueError(f"{len(examples)} examples but {len(losses)} loss lists")
     correct_by_distance: Dict[int, List[int]] = defaultdict(list)
@@ -78,6 +82,7 @@ def accuracy_report(examples: Sequence[dict], losses: Sequence[Sequence[float]])
                         for d, hits in sorted(correct_by_distance.items())},
         "repeated_candidates": repeating,
         "skipped": skipped,
+        "correct": correct,
     }
 
 

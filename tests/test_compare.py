@@ -1,0 +1,147 @@
+"""Paired significance tests of two systems (rfa_doc_mt.scoring.compare) on hand-checkable cases."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from sacrebleu.metrics import BLEU
+from sacrebleu.significance import PairedTest
+
+from rfa_doc_mt.data.io import DataError, Document
+from rfa_doc_mt.scoring import compare
+from rfa_doc_mt.scoring.consistency import accuracy_report
+
+# 100 references of 6 words, each different (n-grams do not repeat across sentences)
+REFERENCES = [f"w{i} a{i} b{i} c{i} d{i} e{i}" for i in range(100)]
+DOCUMENTS = [Document(f"d{k}", 10) for k in range(10)]
+
+
+def corrupt(sentences, which):
+    """The sentences with words 2-6 of those in ``which`` replaced (only the first word kept)."""
+    return [s.split()[0] + " x y z u v" if i in which else s for i, s in enumerate(sentences)]
+
+
+def test_identical_outputs_differ_by_nothing_and_nothing_is_significant():
+    hypotheses = corrupt(REFERENCES, set(range(0, 100, 3)))
+    for test in ("bs", "ar"):
+        result = compare.bleu_comparison(hypotheses, list(hypotheses), REFERENCES, "s-BLEU", test=test)
+        assert result.difference == 0.0 and result.interval == (0.0, 0.0)
+        assert result.p_value == 1.0
+        assert result.baseline == result.system == pytest.approx(BLEU().corpus_score(hypotheses, [REFERENCES]).score)
+    # different outputs that no resample tells apart: no 2-gram of either is in a reference, BLEU 0 throughout
+    nothing = compare.bleu_comparison(["x y z u"] * 100, ["p q r s"] * 100, REFERENCES, "s-BLEU")
+    assert (nothing.baseline, nothing.system, nothing.interval, nothing.p_value) == (0.0, 0.0, (0.0, 0.0), 1.0)
+    outcomes = [1, 0, 1, 1, 0] * 20
+    result = compare.consistency_comparison(outcomes, list(outcomes))
+    assert (result.difference, result.interval, result.p_value) == (0.0, (0.0, 0.0), 1.0)
+
+
+def test_the_reference_itself_beats_a_corrupted_output():
+    corrupted = corrupt(REFERENCES, set(range(0, 100, 2)))  # half the sentences keep one word of six
+    result = compare.bleu_comparison(corrupted, REFERENCES, REFERENCES, "s-BLEU")
+    assert result.system == pytest.approx(100.0)
+    assert result.difference > 0 and 0 < result.interval[0] <= result.difference <= result.interval[1]
+    # no resample of 100 sentences in which the reference is not ahead: the smallest p sacrebleu gives
+    assert result.p_value == pytest.approx(1 / 1001) and result.p_value < 0.05
+    assert "bs:1000" in result.signature and "seed:12345" in result.signature
+    swapped = compare.bleu_comparison(REFERENCES, corrupted, REFERENCES, "s-BLEU")
+    assert swapped.difference == pytest.approx(-result.difference)
+    assert swapped.interval == pytest.approx((-result.interval[1], -result.interval[0]))
+    assert swapped.p_value == result.p_value
+
+
+def test_equally_good_outputs_are_not_significantly_different():
+    """Each output spoils a different tenth of the sentences in the same way: equal BLEU, a
+    difference of 0 where the outputs differ in a fifth of the sentences."""
+    first, second = corrupt(REFERENCES, set(range(0, 10))), corrupt(REFERENCES, set(range(50, 60)))
+    for test in ("bs", "ar"):
+        result = compare.bleu_comparison(first, second, REFERENCES, "s-BLEU", test=test)
+        assert result.difference == pytest.approx(0.0, abs=1e-9)
+        assert result.interval[0] < 0 < result.interval[1]
+        assert result.p_value > 0.05
+
+
+def test_the_interval_comes_from_the_resamples_sacrebleu_draws():
+    """Our resampled scores of the system are sacrebleu's: its own mean and interval of them."""
+    baseline, system = corrupt(REFERENCES, set(range(0, 100, 4))), corrupt(REFERENCES, set(range(0, 100, 5)))
+    with compare.sacrebleu_seed(7):
+        _, results = PairedTest([("b", baseline), ("s", system)], {"BLEU": BLEU()}, [REFERENCES], test_type="bs",
+                                n_samples=200)()
+    indices = compare.bootstrap_indices(len(REFERENCES), 200, 7)
+    ours = compare.resampled_bleu(BLEU(), system, REFERENCES, indices)
+    low, high = compare.interval_bounds(ours)
+    assert ours.mean() == pytest.approx(results["BLEU"][1].mean, rel=1e-12)
+    assert (high - low) / 2 == pytest.approx(results["BLEU"][1].ci, rel=1e-12)
+    result = compare.bleu_comparison(baseline, system, REFERENCES, "s-BLEU", samples=200, seed=7)
+    assert result.p_value == results["BLEU"][1].p_value
+
+
+def test_consistency_bootstrap_on_examples():
+    """The baseline is right on 50 of 100 examples, the system on the same 50 and 30 more: +30
+    points. A resample's difference is 100 x the share of those 30 in it: binomial(100, 0.3),
+    standard deviation sqrt(100 x 0.3 x 0.7) = 4.58 points; it reaches 0 or 60 (as far from +30
+    as +30 from 0) with probability below 1e-14, so no resample of 1000 does."""
+    baseline = [1] * 50 + [0] * 50
+    system = [1] * 80 + [0] * 20
+    result = compare.consistency_comparison(baseline, system)
+    assert (result.baseline, result.system, result.difference) == (50.0, 80.0, pytest.approx(30.0))
+    spread = math.sqrt(100 * 0.3 * 0.7)
+    low, high = result.interval
+    assert 30 - 4 * spread <= low < 30 < high <= 30 + 4 * spread
+    assert result.p_value == pytest.approx(1 / 1001)
+    # the same count right on different examples: no difference, p = 1
+    other = [0] * 50 + [1] * 50
+    even = compare.consistency_comparison(baseline, other)
+    assert even.difference == 0.0 and even.p_value == 1.0 and even.interval[0] < 0 < even.interval[1]
+    # seeded: the same figures again
+    assert compare.consistency_comparison(baseline, system) == result
+    with pytest.raises(DataError, match="same contrastive examples"):
+        compare.consistency_comparison(baseline, system[:-1])
+
+
+def test_consistency_reports_carry_their_outcomes_and_are_paired_by_phenomenon():
+    examples = [{"src": "a", "dst": ["x", "y"], "true_ind": k % 2, "ctx_dist": 1} for k in range(4)]
+    report = accuracy_report(examples, [[0.1, 0.9]] * 4)  # always picks the first: right on even k
+    assert report["correct"] == [1, 0, 1, 0] and report["accuracy"] == 50.0
+    baseline = {"deixis": {"correct": [1, 0, 1, 0]}, "anaphora": {"correct": [0, 0]}, "pooled": {}}
+    system = {"anaphora": {"correct": [1, 1]}, "deixis": {"correct": [1, 1, 1, 0]}, "pooled": {}}
+    base, other = compare.pooled_outcomes(compare.consistency_outcomes(baseline), compare.consistency_outcomes(system))
+    assert base == [0, 0, 1, 0, 1, 0] and other == [1, 1, 1, 1, 1, 0]
+    with pytest.raises(DataError, match="score it again"):
+        compare.consistency_outcomes({"deixis": {"accuracy": 50.0}})
+    with pytest.raises(DataError, match="different contrastive sets"):
+        compare.pooled_outcomes({"deixis": [1]}, {"anaphora": [1]})
+
+
+def test_compare_command_prints_and_writes_every_figure(tmp_path, capsys):
+    hypotheses = corrupt(REFERENCES, set(range(0, 100, 2)))
+    (tmp_path / "ref").write_text("\n".join(REFERENCES) + "\n")
+    (tmp_path / "a").write_text("\n".join(hypotheses) + "\n")
+    (tmp_path / "b").write_text("\n".join(REFERENCES) + "\n")
+    (tmp_path / "docs").write_text("".join(f"10\td{k}\n" for k in range(10)))
+    for name, correct in (("ca.json", [0, 1] * 50), ("cb.json", [1, 1] * 50)):
+        (tmp_path / name).write_text(json.dumps({"deixis": {"accuracy": 0, "correct": correct}, "pooled": {}}))
+    arguments = ["--ref", str(tmp_path / "ref"), "--docs", str(tmp_path / "docs"), "--baseline", str(tmp_path / "a"),
+                 "--system", str(tmp_path / "b"), "--baseline-consistency", str(tmp_path / "ca.json"),
+                 "--system-consistency", str(tmp_path / "cb.json"), "--json", str(tmp_path / "out.json")]
+    comparisons = compare.main(arguments)
+    printed = capsys.readouterr().out
+    assert [c.metric for c in comparisons] == ["s-BLEU", "d-BLEU", "consistency"]
+    for comparison in comparisons:
+        assert str(comparison) in printed
+    assert comparisons[1].units == 10 and comparisons[1].unit_name == "documents"
+    assert comparisons[2].difference == pytest.approx(50.0)
+    written = json.loads((tmp_path / "out.json").read_text())["comparisons"]
+    assert [w["p_value"] for w in written] == [c.p_value for c in comparisons]
+    # the same command again prints the same figures (seeded resampling)
+    compare.main(arguments)
+    assert capsys.readouterr().out == printed
+    (tmp_path / "b").write_text("\n".join(REFERENCES[:-1]) + "\n")
+    with pytest.raises(DataError, match="has 99 lines"):
+        compare.main(arguments)
+
+
+def test_interval_bounds_use_sacrebleus_order_statistics():
+    values = np.arange(1000, dtype=float)[::-1]
+    assert compare.interval_bounds(values) == (25.0, 974.0)
