@@ -3,6 +3,7 @@ against scripts/decode.sh + collect on the same documents."""
 
 import contextlib
 import io
+import logging
 import os
 import random
 import subprocess
@@ -163,6 +164,8 @@ def test_translate_reads_stdin_and_document_ids(text_corpus, trained, tmp_path, 
                                     "--output", str(tmp_path / "out.de")]) == 0
     assert read_lines(str(tmp_path / "out.de")) == trained["hyp"]
     assert f"translate: {len(docs)} documents, {bounds[-1]} sentences (docids boundaries)" in capsys.readouterr().err
+    # fairseq's own logging is as it was, for whatever runs next in this process
+    assert logging.getLogger("fairseq").level == logging.NOTSET
 
 
 def test_translate_refuses_bad_input_and_writes_nothing(text_corpus, trained, tmp_path, one_thread):

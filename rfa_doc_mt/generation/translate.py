@@ -278,11 +278,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
     # fairseq logs its set-up at INFO, torch warns of pinned memory without a GPU: standard error
-    # is for progress and warnings about the documents
-    logging.getLogger("fairseq").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true")
+    # is for progress and warnings about the documents. Both are put back afterwards, for a
+    # caller in the same process (fairseq-train logs its validation at INFO).
+    fairseq_logger = logging.getLogger("fairseq")
+    level = fairseq_logger.level
+    fairseq_logger.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true")
+            return translate_documents(argv)
+    finally:
+        fairseq_logger.setLevel(level)
+
+
+def translate_documents(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
     for name in ("beam", "batch_size"):
         if getattr(args, name) < 1:
             raise DataError(f"--{name.replace('_', '-')} must be at least 1")
