@@ -24,6 +24,7 @@ from rfa_doc_mt.reproduce import (
     prepare_embedded,
     systems_to_train,
 )
+from rfa_doc_mt.reproduce.papers import TABLE1_BUDGET
 from rfa_doc_mt.reproduce.running import config_architectures
 
 pytestmark = pytest.mark.slow
@@ -326,6 +327,25 @@ def test_list_prints_every_system_with_its_config_and_updates():
     two = subprocess.run([sys.executable, "-m", "rfa_doc_mt.reproduce", "--list", "--seeds", "2"],
                          capture_output=True, text=True, cwd=ROOT).stdout
     assert "seeds: 2 per row" in two and "19 runs in all" in two
+    # without --budget: Table 1 alone trains TABLE1_BUDGET updates a run (its 25 runs), the others FULL_BUDGET
+    assert f"search: each setting trains {TABLE1_BUDGET} updates" in two and TABLE1_BUDGET != FULL_BUDGET
+    assert any("demo-lsh_L4" in line and f"{FULL_BUDGET} updates" in line for line in two.splitlines())
+
+
+def test_table1_alone_trains_its_own_budget_and_all_trains_one():
+    """Without --budget Table 1 alone trains TABLE1_BUDGET, `all` FULL_BUDGET for every table (its
+    runs are shared), the others FULL_BUDGET; a table's note calls a run short against its own."""
+    from types import SimpleNamespace
+
+    from rfa_doc_mt.reproduce.cli import full_budget
+    from rfa_doc_mt.reproduce.experiments import budget_note
+
+    assert full_budget("rfa_table1") == TABLE1_BUDGET < FULL_BUDGET
+    assert full_budget("all") == full_budget("lsh_table2") == full_budget("rfa_figure3") == FULL_BUDGET
+    for budget, full in ((TABLE1_BUDGET, TABLE1_BUDGET), (FULL_BUDGET, FULL_BUDGET), (50, TABLE1_BUDGET)):
+        note = budget_note(SimpleNamespace(smoke=False, corpus=EMBEDDED, budget=budget, full_budget=full), {})
+        assert f"trained {budget} updates" in note
+        assert ("A short run" in note) == (budget < full)
 
 
 def test_learning_curve_reads_the_validation_lines_of_a_log(tmp_path):

@@ -11,6 +11,7 @@ from .papers import (
     MEMORY_FINETUNE_SHARE,
     MEMORY_STAGE1,
     PAPER_RFA_TABLE1,
+    TABLE1_BUDGET,
     VALIDATIONS_PER_RUN,
     Experiment,
     System,
@@ -103,7 +104,8 @@ def lstm_systems(embedded: bool) -> List[Tuple[str, System]]:
 EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
     Experiment("rfa_table1", "Paper 000, Table 1: BLEU at L = 1 and L = 4", "000",
                {EMBEDDED: rfa_table1_systems(None), "iwslt15": rfa_table1_systems("iwslt"),
-                "opensub-bleu": rfa_table1_systems("opensub_bleu")}, False, table_rfa_table1, searches=True),
+                "opensub-bleu": rfa_table1_systems("opensub_bleu")}, False, table_rfa_table1, searches=True,
+               budget=TABLE1_BUDGET),
     Experiment("rfa_figure3", "Paper 000, Figure 3: contrastive consistency per phenomenon, L = 1..4", "000",
                {EMBEDDED: rfa_figure3_systems(None), "opensub-consistency": rfa_figure3_systems("opensub_consistency")},
                True, table_rfa_figure3, evaluates=("consistency",),
@@ -176,8 +178,9 @@ def budget_note(args, results: dict) -> str:
     if args.corpus != EMBEDDED:
         return ("Updates: as the paper configs train (until early stopping), shown per row; the learning "
                 "curves are in the PNG beside this table.")
-    short = "" if args.budget >= FULL_BUDGET else \
-        f" **A short run**: the full reproduction trains {FULL_BUDGET} updates per system."
+    full = getattr(args, "full_budget", FULL_BUDGET)
+    short = "" if args.budget >= full else \
+        f" **A short run**: the full reproduction trains {full} updates per system."
     return (f"Every system trained {args.budget} updates of up to 4096 tokens (a fine-tuned memory model: "
             f"{MEMORY_STAGE1.updates(args.budget)} sentence-level + {int(round(args.budget * MEMORY_FINETUNE_SHARE))} "
             f"fine-tuning, of up to 1400 tokens a sentence step, about 4k tokens an update), validated every "
@@ -185,25 +188,27 @@ def budget_note(args, results: dict) -> str:
             f"validation loss.{short} Learning curves: the PNG beside this table.")
 
 
-def print_list(budget: int, seeds: int, plan=None) -> None:
-    """Every experiment, corpus and system with its config and its number of updates; for
-    Table 1 on the embedded corpus, the settings its search tries and the seeds it trains."""
+def print_list(budget: Optional[int], seeds: int, plan=None) -> None:
+    """Every experiment, corpus and system with its config and its number of updates (``budget``,
+    else each experiment's own); for Table 1 on the embedded corpus, the settings its search
+    tries and the seeds it trains."""
     from .search import FULL_PLAN, describe_search
 
     for experiment in EXPERIMENTS.values():
         print(f"{experiment.name}: {experiment.title}  [{experiment.script}]")
+        updates_each = budget or experiment.budget
         for corpus, rows in experiment.corpora.items():
             if not rows:
                 print(f"  --corpus {corpus}: benchmark only")
                 continue
             print(f"  --corpus {corpus}:")
             if corpus == EMBEDDED and experiment.searches:
-                for line in describe_search(rows, plan or FULL_PLAN, seeds, budget):
+                for line in describe_search(rows, plan or FULL_PLAN, seeds, updates_each):
                     print(f"    {line}")
                 continue
             for system in systems_to_train(rows):
                 if corpus == EMBEDDED:
-                    updates = f"{system.updates(budget)} updates"
+                    updates = f"{system.updates(updates_each)} updates"
                     if system.starts_from:
                         updates += f", fine-tuned from {system.starts_from}"
                 else:
