@@ -1,6 +1,6 @@
 """The one place that adapts fairseq 0.12.3.1 (``fairseq-fixed``) to the torch it runs on.
 
-Four adaptations, all small:
+Five adaptations, all small:
 
 1. Checkpoint loading: torch >= 2.6 defaults ``torch.load`` to ``weights_only=True``, which
 refuses fairseq checkpoints (they pickle argparse/omegaconf configs). fairseq's
@@ -32,6 +32,10 @@ checkpoint is a pickle: load only checkpoints you trust, as with any fairseq rel
    matrices and their seed, LSH rotations, memory slot positions, fairseq's sinusoidal position
    tables and version markers) is built from a fixed seed or formula and is identical on every
    worker, so that broadcast copies equal values.
+
+5. Start-up: fairseq's import pulls in scikit-learn and scipy.stats for two modules no run
+   here calls (``deferred_imports``); where this module is imported before fairseq (this
+   project's own commands), they are imported on first use instead.
 """
 
 import functools
@@ -42,11 +46,15 @@ import types
 
 import numpy as np
 import torch
-from fairseq import checkpoint_utils
-from fairseq.data import data_utils
-from fairseq.distributed import utils as distributed_utils
-from fairseq.models import distributed_fairseq_model
 from torch.nn.parallel import DistributedDataParallel
+
+from .deferred_imports import deferred
+
+with deferred():  # scikit-learn and scipy.stats, which fairseq imports and no run here calls
+    from fairseq import checkpoint_utils
+    from fairseq.data import data_utils
+    from fairseq.distributed import utils as distributed_utils
+    from fairseq.models import distributed_fairseq_model
 
 
 def _load_fairseq_checkpoint(*args, **kwargs):

@@ -1,14 +1,20 @@
 # Sourced by the other scripts: paths, the venv's tools, logging, config files.
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ -x "$ROOT/.venv/bin/python" ]; then
-  PYTHON="$ROOT/.venv/bin/python"; FAIRSEQ_BIN="$ROOT/.venv/bin/"
+  PYTHON="$ROOT/.venv/bin/python"
 else
-  PYTHON=${PYTHON:-python3}; FAIRSEQ_BIN=""
+  PYTHON=${PYTHON:-python3}
 fi
 USER_DIR="$ROOT/rfa_doc_mt"
 # configs find the parts they share here (configs/demo/train_args.sh), wherever they were copied
 RFA_DOC_MT_ROOT=$ROOT
 export PYTHONWARNINGS=${PYTHONWARNINGS:-ignore::DeprecationWarning}
+
+# fairseq_command fairseq-train|fairseq-generate ARGS...: that fairseq command, with this plugin
+# (the one in $ROOT, which --user-dir names) imported before fairseq (rfa_doc_mt/fairseq_command.py)
+fairseq_command() {
+  PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m rfa_doc_mt.fairseq_command "$@"
+}
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 

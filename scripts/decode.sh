@@ -35,7 +35,7 @@ log "decode: $split of $data with $checkpoint (log: $out.generate.err)"
 status=0
 # stdout (the translations) to the log; stderr to generate.err, its progress lines shown
 # shellcheck disable=SC2086
-"${FAIRSEQ_BIN}fairseq-generate" "$data" --user-dir "$USER_DIR" --task doc_translation \
+fairseq_command fairseq-generate "$data" --user-dir "$USER_DIR" --task doc_translation \
   --source-lang "$src" --target-lang "$tgt" $TASK_ARGS --path "$checkpoint" --gen-subset "$split" \
   --beam 4 --batch-size 64 --max-len-a 1.2 --max-len-b 10 --log-format simple --log-interval 10 \
   $DECODE_ARGS "$@" 2>&1 > "$out.generate.log.tmp" | tee "$out.generate.err" \

@@ -61,7 +61,7 @@ fi
 mkdir -p "$save_dir"
 rm -f "$save_dir/train.done"
 # shellcheck disable=SC2086
-"${FAIRSEQ_BIN}fairseq-train" "$data" --user-dir "$USER_DIR" --task doc_translation \
+fairseq_command fairseq-train "$data" --user-dir "$USER_DIR" --task doc_translation \
   "${settings[@]}" --save-dir "$save_dir" --log-format simple 2>&1 | tee -a "$save_dir/train.log" \
   | { grep --line-buffered -E "train_inner|valid on|done training|Error|error" >&2 || true; }
 if has_option --disable-validation "${settings[@]}"; then

@@ -1,4 +1,5 @@
 import argparse
+import os
 
 import numpy as np
 import pytest
@@ -54,3 +55,54 @@ def test_ddp_gets_fairseqs_buffer_option_without_the_deprecated_argument(tmp_pat
                 assert ddp(torch.ones(1, 2)).shape == (1, 2)
     finally:
         dist.destroy_process_group()
+
+
+DEFERRAL_PROBE = r"""
+import sys
+import rfa_doc_mt.compat  # before fairseq, as this project's commands import it
+print("after import:", sorted(name for name in ("sklearn", "sklearn.metrics", "scipy.stats") if name in sys.modules))
+from fairseq.criterions import sentence_prediction
+from fairseq.tasks import audio_classification
+print("f1:", sentence_prediction.f1_score([0, 1, 1], [0, 1, 0]))
+print("pearson:", round(float(sentence_prediction.pearsonr([1, 2, 3], [1, 2, 4])[0]), 4))
+print("roc:", [float(x) for x in audio_classification.sklearn_metrics.roc_curve([0, 1], [0.2, 0.8])[1]])
+import sklearn.metrics
+import scipy.stats
+from sklearn.base import BaseEstimator
+print("real:", type(sklearn.metrics).__name__, type(scipy.stats).__name__, sklearn.metrics.f1_score.__module__,
+      isinstance(BaseEstimator, type))
+"""
+
+
+def test_fairseq_is_imported_without_sklearn_and_its_users_still_work():
+    """fairseq's import pulls in scikit-learn and scipy.stats for modules no run here calls:
+    imported after this plugin's compat module, they stay unimported; fairseq's callers of them
+    still get the real functions on first use, and a later import gets the real modules."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", DEFERRAL_PROBE], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    assert lines["after import"] == "[]"
+    assert float(lines["f1"]) == pytest.approx(2 / 3)  # precision 1, recall 1/2
+    assert float(lines["pearson"]) == pytest.approx(0.9820, abs=1e-4)  # r of (1,2,3) and (1,2,4)
+    assert lines["roc"] == "[0.0, 1.0, 1.0]"  # true positive rate at thresholds inf, 0.8, 0.2
+    assert lines["real"] == "module module sklearn.metrics._classification True"
+
+
+def test_fairseq_command_runs_only_fairseqs_commands():
+    """``python -m rfa_doc_mt.fairseq_command`` (how train.sh and decode.sh start fairseq): a
+    command it does not know is refused with its usage; fairseq's own are run (their --help, with
+    this plugin's task: argparse refuses a task fairseq does not know)."""
+    import subprocess
+    import sys
+
+    bad = subprocess.run([sys.executable, "-m", "rfa_doc_mt.fairseq_command", "fairseq-preprocess"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "usage: python -m rfa_doc_mt.fairseq_command {fairseq-train," in bad.stderr
+    shown = subprocess.run([sys.executable, "-m", "rfa_doc_mt.fairseq_command", "fairseq-generate", "--user-dir",
+                            os.path.dirname(rfa_doc_mt.__file__), "--task", "doc_translation", "--help"],
+                           capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert shown.stdout.startswith("usage: fairseq-generate") and "--beam" in shown.stdout

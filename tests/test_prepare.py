@@ -536,7 +536,7 @@ def test_iwslt15_prepare_on_dev_and_test(iwslt_corpus):
 @needs_iwslt
 @needs_fairseq
 def test_postprocessing_gives_back_the_iwslt_references(iwslt_corpus):
-    """Issue 14, item 12: pre-processing the test references (tokenize, truecase, BPE) and
+    """Pre-processing the test references (tokenize, truecase, BPE) and
     post-processing them back loses nothing BLEU sees. Moses' own truecaser, learned on the 887
     valid sentences, rewrote mid-sentence capitals ("Los Angeles times"): cased BLEU 98.32."""
     out, _ = iwslt_corpus

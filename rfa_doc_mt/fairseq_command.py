@@ -1,0 +1,49 @@
+"""fairseq's own commands, with this plugin imported before fairseq.
+
+``python -m rfa_doc_mt.fairseq_command fairseq-train ARGS`` is ``fairseq-train ARGS`` (likewise
+``fairseq-generate``, ``fairseq-validate``, ``fairseq-interactive``): the same ``cli_main``, the
+same options (``--user-dir`` must name this package, as always), the same output. What differs
+is the order of the imports: the plugin's adaptations (:mod:`rfa_doc_mt.compat`) apply before
+fairseq loads, and fairseq loads without scikit-learn and scipy.stats, which only tasks and
+criteria this plugin never uses need (:mod:`rfa_doc_mt.deferred_imports`): 1.5-2 s of CPU less
+in every run and in every worker it spawns. ``scripts/train.sh`` and ``scripts/decode.sh`` start
+fairseq this way; the console scripts work as well.
+"""
+
+import importlib
+import logging
+import os
+import sys
+
+COMMANDS = {"fairseq-train": "fairseq_cli.train", "fairseq-generate": "fairseq_cli.generate",
+            "fairseq-validate": "fairseq_cli.validate", "fairseq-interactive": "fairseq_cli.interactive"}
+# These set up the root logger before they import fairseq (whose import would otherwise set it up
+# its own way); fairseq-generate sets it up after, as fairseq's import left it.
+LOGGING_FIRST = ("fairseq-train", "fairseq-validate", "fairseq-interactive")
+
+
+def configure_logging(command: str) -> None:
+    """The root logger as ``command``'s module sets it up: here fairseq was imported first."""
+    if command in LOGGING_FIRST:
+        logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+                            datefmt="%Y-%m-%d %H:%M:%S", level=os.environ.get("LOGLEVEL", "INFO").upper(),
+                            stream=sys.stdout, force=True)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: python -m rfa_doc_mt.fairseq_command {{{','.join(COMMANDS)}}} [its options]\n"
+              "Runs that fairseq command with this plugin imported first.", file=sys.stderr)
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+    configure_logging(argv[0])
+    command = importlib.import_module(COMMANDS[argv[0]])
+    sys.argv = [argv[0], *argv[1:]]  # also what a worker it spawns sees
+    command.cli_main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+elif sys.argv[:1] and sys.argv[0] in COMMANDS:
+    configure_logging(sys.argv[0])  # a worker spawned by a run started here imports this module first
