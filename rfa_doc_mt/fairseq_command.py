@@ -33,9 +33,11 @@ def configure_logging(command: str) -> None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] not in COMMANDS:
+        asked = argv[:1] in (["-h"], ["--help"])
         print(f"usage: python -m rfa_doc_mt.fairseq_command {{{','.join(COMMANDS)}}} [its options]\n"
-              "Runs that fairseq command with this plugin imported first.", file=sys.stderr)
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+              "Runs that fairseq command with this plugin imported first (its own --help lists its options).",
+              file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
     configure_logging(argv[0])
     command = importlib.import_module(COMMANDS[argv[0]])
     sys.argv = [argv[0], *argv[1:]]  # also what a worker it spawns sees
