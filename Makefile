@@ -4,8 +4,6 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done
-# make test runs the suite in this many processes (pytest-xdist)
-TEST_WORKERS ?= 2
 
 .PHONY: setup demo test clean
 
@@ -29,7 +27,7 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/ruff check -q rfa_doc_mt tests
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
+	$(PY) -m pytest -q tests
 
 clean:
 	rm -rf $(VENV) work

@@ -113,19 +113,6 @@ def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.float() - b.float()).abs().max().item()
 
 
-def pytest_collection_modifyitems(config, items):
-    """``make test`` runs the suite in two processes (pytest-xdist, ``--dist loadgroup``): each
-    file's tests go to one of them, as a module fixture is built once per process that uses it,
-    and the tests that read the smoke reproduction (:func:`smoke_all`, the longest fixture) go
-    to one process, first, so that it runs once and from the start."""
-    def group(item) -> str:
-        return "smoke_all" if "smoke_all" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
-
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group(item)))
-    items.sort(key=lambda item: group(item) != "smoke_all")  # stable: the rest in collection order
-
-
 @pytest.fixture(scope="session")
 def smoke_all(tmp_path_factory):
     """``reproduce_all.sh --smoke``, once for the whole run: every system of every table trained a
