@@ -8,12 +8,18 @@ fairseq loads, and fairseq loads without scikit-learn and scipy.stats, which onl
 criteria this plugin never uses need (:mod:`rfa_doc_mt.deferred_imports`): 1.5-2 s of CPU less
 in every run and in every worker it spawns. ``scripts/train.sh`` and ``scripts/decode.sh`` start
 fairseq this way; the console scripts work as well.
+
+One addition: a ``fairseq-train`` run that finishes writes ``SAVE_DIR/train.resources.json``, the
+peak resident memory of its processes (this one and the workers it spawned) and its seconds.
 """
 
 import importlib
+import json
 import logging
 import os
+import resource
 import sys
+import time
 
 COMMANDS = {"fairseq-train": "fairseq_cli.train", "fairseq-generate": "fairseq_cli.generate",
             "fairseq-validate": "fairseq_cli.validate", "fairseq-interactive": "fairseq_cli.interactive"}
@@ -39,10 +45,39 @@ def main(argv=None) -> int:
               file=sys.stdout if asked else sys.stderr)
         return 0 if asked else 2
     configure_logging(argv[0])
+    start = time.monotonic()
     command = importlib.import_module(COMMANDS[argv[0]])
     sys.argv = [argv[0], *argv[1:]]  # also what a worker it spawns sees
     command.cli_main()
+    if argv[0] == "fairseq-train":
+        write_resources(argv[1:], time.monotonic() - start)
     return 0
+
+
+def save_dir(arguments) -> str:
+    """The --save-dir of fairseq-train arguments (fairseq's default: checkpoints)."""
+    for index, argument in enumerate(arguments):
+        if argument == "--save-dir" and index + 1 < len(arguments):
+            return arguments[index + 1]
+        if argument.startswith("--save-dir="):
+            return argument.split("=", 1)[1]
+    return "checkpoints"
+
+
+def write_resources(arguments, seconds: float) -> None:
+    """SAVE_DIR/train.resources.json: peak resident memory (MB; ru_maxrss is in kB on Linux) of
+    this process and of its finished children (the workers of a multi-process run), and seconds."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    directory = save_dir(arguments)
+    if not os.path.isdir(directory):
+        return
+    path = os.path.join(directory, "train.resources.json")
+    with open(path + ".partial", "w", encoding="utf-8") as handle:
+        json.dump({"peak_resident_mb": round(max(own, children), 1), "this_process_mb": round(own, 1),
+                   "workers_mb": round(children, 1), "seconds": round(seconds, 1)}, handle)
+        handle.write("\n")
+    os.replace(path + ".partial", path)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,14 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 usage() {
     cat <<USAGE
-usage: $(basename "$0") [--out DIR] [--seed N] [--{train,valid,test}-documents N] [--contrastive-pairs N] [--workers N]
+usage: $(basename "$0") [--out DIR] [--seed N] [--{train,valid,test}-documents N] [--contrastive-pairs N]
+       [--valid-contrastive-pairs N] [--max-distance D] [--document-sentences LEAST-MOST] [--workers N]
 
   --out DIR              output directory (default: $ROOT/data-bin/synthetic)
   --seed N               corpus seed (default 1)
   --train-documents N    number of training documents (default: the generator's)
+  --max-distance D       largest antecedent distance in sentences (default 3); the long-range
+                         corpus: --max-distance 14 --document-sentences 30-50
   --force                replace --out even when it holds files this script did not write there
 USAGE
 }

@@ -857,9 +857,10 @@ def run_synthetic(args, command: str) -> None:
     from .synthetic import write_corpus
 
     source_lang, target_lang = "src", "tgt"
-    options = {"seed": args.seed}
+    options = {"seed": args.seed, "max_distance": args.max_distance, "document_sentences": args.document_sentences}
     for flag, name in (("train_documents", "num_train_documents"), ("valid_documents", "num_valid_documents"),
-                       ("test_documents", "num_test_documents"), ("contrastive_pairs", "num_contrastive_pairs")):
+                       ("test_documents", "num_test_documents"), ("contrastive_pairs", "num_contrastive_pairs"),
+                       ("valid_contrastive_pairs", "num_valid_contrastive_pairs")):
         value = getattr(args, flag)
         if value is not None:
             if value < 1:
@@ -867,8 +868,12 @@ def run_synthetic(args, command: str) -> None:
             options[name] = value
     with staged_output(args.out, PREP_FILE, force=args.force) as stage:
         raw_dir = os.path.join(stage, "raw")
-        log(f"writing the synthetic corpus (seed {args.seed})")
-        write_corpus(raw_dir, **options)
+        log(f"writing the synthetic corpus (seed {args.seed}, antecedents 1-{args.max_distance} sentences back, "
+            f"documents of {args.document_sentences[0]}-{args.document_sentences[1]} sentences)")
+        try:
+            summary = write_corpus(raw_dir, **options)
+        except ValueError as error:
+            raise DataError(str(error)) from None
         counts = check_raw_splits(raw_dir, source_lang, target_lang)
         for split, count in counts.items():
             log(f"synthetic {split + ':':6s} {count['documents']} documents, {count['sentences']} sentences")
@@ -880,6 +885,9 @@ def run_synthetic(args, command: str) -> None:
         prep = unprocessed_prep("synthetic", source_lang, target_lang, counts, "identity", dictionary_splits,
                                 references, command)
         prep["seed"] = args.seed
+        prep["max_distance"] = summary["max_distance"]
+        prep["document_sentences"] = summary["document_sentences"]
+        prep["contrastive_examples_by_distance"] = summary["contrastive_examples_by_distance"]
         write_prep(stage, prep)
         # the test sets, and the validation sets fairseq-train selects on (--valid-subset valid_consistency)
         for sets in ("consistency", "valid_consistency"):
@@ -984,6 +992,8 @@ def build_parser() -> argparse.ArgumentParser:
     consistency.add_argument("--force", action="store_true",
                              help="replace --out with only these sets, whatever it holds")
 
+    from .synthetic import add_long_range_arguments
+
     synthetic = commands.add_parser("synthetic", help="the embedded synthetic corpus (no BPE)")
     synthetic.add_argument("--out", required=True, help="output directory (binarized corpus)")
     synthetic.add_argument("--seed", type=int, default=1, help="corpus seed (default 1)")
@@ -992,6 +1002,9 @@ def build_parser() -> argparse.ArgumentParser:
                                help=f"number of {split} documents (default: the generator's)")
     synthetic.add_argument("--contrastive-pairs", type=int, default=None,
                            help="mirrored example pairs per contrastive set (default: the generator's)")
+    synthetic.add_argument("--valid-contrastive-pairs", type=int, default=None,
+                           help="mirrored example pairs per validation set (default: --contrastive-pairs)")
+    add_long_range_arguments(synthetic)
     add_workers(synthetic)
     add_force(synthetic)
 

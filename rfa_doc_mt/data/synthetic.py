@@ -7,7 +7,8 @@ single spaces (no BPE needed); a sentence has 4-9 tokens, a document 6-12 senten
 Plain sentences translate word for word through a fixed lexicon, with one local reordering
 rule: an adjective precedes its noun in ``src`` and follows it in ``tgt``
 (``ka ADJ NOUN`` -> ``le NOUN' ADJ'``). Four phenomena, named after Voita et al. (2019)'s
-test sets, make the translation of a sentence depend on a sentence 1-3 back:
+test sets, make the translation of a sentence depend on a sentence 1-3 back (by default; the
+largest distance is a setting, ``max_distance``, below):
 
 * ``deixis``: the source 2nd-person pronoun ``vu`` is formal (``siv``) or informal
   (``tej``) in the target, as set by the most recent title word (formal "sir"-like or
@@ -25,10 +26,17 @@ test sets, make the translation of a sentence depend on a sentence 1-3 back:
 phenomenon sentence's deciding cue lies 1-3 sentences back with no competing cue in between,
 and the written target side is :func:`translate_document` of the source side.
 
+The long-range corpus (``max_distance`` above 3, e.g. ``--max-distance 14`` with documents of
+``--document-sentences 30-50``): the rules read the previous ``max_distance`` sentences, and a
+cue lies 1 to ``max_distance`` sentences back, its distance drawn uniformly over the buckets of
+:func:`distance_buckets` (1, 2-3, 4-7, 8-14, ...) and then within its bucket, so that each bucket
+is as frequent in training as the test sets make it; the contrastive sets then hold the same
+number of pairs per bucket and ``max_distance`` context sentences before the current one.
+
 Contrastive sets (``consistency/``: the test sets; ``valid_consistency/``: validation sets for
 checkpoint selection, drawn from another random stream) follow Voita et al.'s JSON format
-(``src``, ``dst`` candidates, ``true_ind``, ``ctx_dist``; 3 context sentences + the current one
-joined by ``" _eos "``). Examples ``2k`` and ``2k+1`` form a mirrored pair: the same current
+(``src``, ``dst`` candidates, ``true_ind``, ``ctx_dist``; ``max_distance`` context sentences + the
+current one joined by ``" _eos "``). Examples ``2k`` and ``2k+1`` form a mirrored pair: the same current
 source sentence and the same candidate list, with the context changed so that the other
 candidate is true. A model that only reads the current sentence therefore gets exactly one
 example of each pair right.
@@ -54,6 +62,7 @@ SEPARATOR = " _eos "  # Voita et al.'s separator between the sentences of a wind
 SPLITS = ("train", "valid", "test")
 MIN_SENTENCE_TOKENS, MAX_SENTENCE_TOKENS = 4, 9
 MIN_DOCUMENT_SENTENCES, MAX_DOCUMENT_SENTENCES = 6, 12
+DOCUMENT_SENTENCES = (MIN_DOCUMENT_SENTENCES, MAX_DOCUMENT_SENTENCES)
 
 FORMALITIES = ("formal", "informal")
 GENDERS = ("masculine", "feminine")
@@ -259,21 +268,21 @@ def _most_recent(sentences: Sequence[Sequence[str]], matches: Callable[[Sequence
     return None
 
 
-def translate_sentence(context: Sequence[str], sentence: str) -> Translation:
+def translate_sentence(context: Sequence[str], sentence: str, max_distance: int = CONTEXT_SENTENCES) -> Translation:
     """Translate ``sentence`` given the source sentences before it (oldest first).
 
-    Only the last :data:`CONTEXT_SENTENCES` of ``context`` matter; raises
-    :class:`UnresolvedContext` when a context-dependent word has no cue there.
+    Only the last ``max_distance`` of ``context`` matter; raises :class:`UnresolvedContext`
+    when a context-dependent word has no cue there.
     """
     tokens = _tokens(sentence)
-    previous = [_tokens(s) for s in list(context)[-CONTEXT_SENTENCES:]]
+    previous = [_tokens(s) for s in list(context)[-max_distance:]]
 
     def resolve(phenomenon, word, matches, include_current):
         searched = previous + [tokens] if include_current else previous
         found = _most_recent(searched, matches, 0 if include_current else 1)
         if found is None:
             raise UnresolvedContext(
-                f"{phenomenon}: no cue for {word!r} within {CONTEXT_SENTENCES} sentences before {sentence!r}")
+                f"{phenomenon}: no cue for {word!r} within {max_distance} sentences before {sentence!r}")
         distance, index = found
         cue_sentence = tokens if distance == 0 else previous[len(previous) - distance]
         return distance, index, cue_sentence[index]
@@ -316,10 +325,37 @@ def translate_sentence(context: Sequence[str], sentence: str) -> Translation:
     return Translation(" ".join(target), tuple(decisions))
 
 
-def translate_document(sentences: Sequence[str]) -> List[Translation]:
-    """Translate each sentence of a document with its 3 previous sentences as context."""
-    return [translate_sentence(sentences[max(0, i - CONTEXT_SENTENCES):i], sentence)
+def translate_document(sentences: Sequence[str], max_distance: int = CONTEXT_SENTENCES) -> List[Translation]:
+    """Translate each sentence of a document with its ``max_distance`` previous sentences as context."""
+    return [translate_sentence(sentences[max(0, i - max_distance):i], sentence, max_distance)
             for i, sentence in enumerate(sentences)]
+
+
+def distance_buckets(max_distance: int) -> List[Tuple[int, int]]:
+    """The antecedent distances 1 to ``max_distance`` in buckets that double: (1, 1), (2, 3),
+    (4, 7), (8, 15), ..., the last one ending at ``max_distance`` (so (8, 14) for 14)."""
+    if max_distance < 1:
+        raise ValueError(f"the largest antecedent distance must be at least 1, got {max_distance}")
+    buckets, low = [], 1
+    while low <= max_distance:
+        buckets.append((low, min(2 * low - 1, max_distance)))
+        low *= 2
+    return buckets
+
+
+def _sampling_buckets(max_distance: int) -> List[Tuple[int, int]]:
+    """The units the generator balances distances over: each distance up to 3 (the default
+    corpus: distances uniform over 1-3), else :func:`distance_buckets`."""
+    if max_distance <= CONTEXT_SENTENCES:
+        return [(d, d) for d in range(1, max_distance + 1)]
+    return distance_buckets(max_distance)
+
+
+def _sample_distance(rng: random.Random, max_distance: int) -> int:
+    if max_distance <= CONTEXT_SENTENCES:
+        return rng.randint(1, max_distance)  # the default corpus's draw, unchanged
+    low, high = rng.choice(distance_buckets(max_distance))
+    return rng.randint(low, high)
 
 
 # ----------------------------------------------------------------------------------------
@@ -464,9 +500,11 @@ def _build_sentence(rng: random.Random, plan: _SentencePlan, state: _DocumentSta
     raise RuntimeError(f"could not build a sentence for {plan}")  # unreachable with these templates
 
 
-def generate_document(rng: random.Random) -> List[str]:
-    """Sample the source sentences of one document."""
-    num_sentences = rng.randint(MIN_DOCUMENT_SENTENCES, MAX_DOCUMENT_SENTENCES)
+def generate_document(rng: random.Random, max_distance: int = CONTEXT_SENTENCES,
+                      document_sentences: Tuple[int, int] = DOCUMENT_SENTENCES) -> List[str]:
+    """Sample the source sentences of one document: ``document_sentences`` (least, most)
+    sentences, each cue 1 to ``max_distance`` sentences before its phenomenon."""
+    num_sentences = rng.randint(*document_sentences)
     state = _DocumentState(rng.choice(FORMALITIES), {})
     plans = [_SentencePlan() for _ in range(num_sentences)]
     sentences = []
@@ -474,7 +512,7 @@ def generate_document(rng: random.Random) -> List[str]:
         for _ in range(_EPISODE_ATTEMPTS_PER_SENTENCE):
             if rng.random() < _EPISODE_PROBABILITY:
                 phenomenon = rng.choice(PHENOMENA)
-                distance = rng.randint(1, CONTEXT_SENTENCES)
+                distance = _sample_distance(rng, max_distance)
                 noun = rng.choice(AMBIGUOUS_NOUNS) if phenomenon == "lex_cohesion" else None
                 if _try_open_episode(plans, position, phenomenon, distance, noun) and noun is not None:
                     state.senses.setdefault(noun, rng.randrange(2))
@@ -488,9 +526,10 @@ def _stream(seed: int, name: str) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-def generate_documents(seed: int, split: str, num_documents: int) -> List[List[str]]:
+def generate_documents(seed: int, split: str, num_documents: int, max_distance: int = CONTEXT_SENTENCES,
+                       document_sentences: Tuple[int, int] = DOCUMENT_SENTENCES) -> List[List[str]]:
     rng = _stream(seed, split)
-    return [generate_document(rng) for _ in range(num_documents)]
+    return [generate_document(rng, max_distance, document_sentences) for _ in range(num_documents)]
 
 
 # ----------------------------------------------------------------------------------------
@@ -543,36 +582,41 @@ def _example(sources: Sequence[str], translations: Sequence[Translation], candid
     }
 
 
-def _pairs_per_distance(num_pairs: int) -> Dict[int, int]:
-    return {d: num_pairs // CONTEXT_SENTENCES + (d <= num_pairs % CONTEXT_SENTENCES)
-            for d in range(1, CONTEXT_SENTENCES + 1)}
+def _pairs_per_bucket(num_pairs: int, buckets: Sequence[Tuple[int, int]]) -> Dict[Tuple[int, int], int]:
+    return {bucket: num_pairs // len(buckets) + (index < num_pairs % len(buckets))
+            for index, bucket in enumerate(buckets)}
 
 
 def generate_contrastive_sets(seed: int, num_pairs: int, max_documents: int = 1_000_000,
-                              stream: str = "contrastive") -> Dict[str, List[dict]]:
-    """Mirrored pairs per phenomenon from fresh documents, ``ctx_dist`` balanced over 1-3.
+                              stream: str = "contrastive", max_distance: int = CONTEXT_SENTENCES,
+                              document_sentences: Tuple[int, int] = DOCUMENT_SENTENCES) -> Dict[str, List[dict]]:
+    """Mirrored pairs per phenomenon from fresh documents, ``ctx_dist`` balanced over 1-3 (over
+    the buckets of :func:`distance_buckets` when ``max_distance`` is larger).
 
     ``stream`` names the random streams the documents and choices are drawn from: the test sets
     (``contrastive``) and the validation sets (``valid-contrastive``) come from independent ones."""
     document_rng = _stream(seed, f"{stream}-documents")
     choice_rng = _stream(seed, f"{stream}-choices")
-    wanted = {phenomenon: _pairs_per_distance(num_pairs) for phenomenon in PHENOMENA}
+    buckets = _sampling_buckets(max_distance)
+    bucket_of = {d: bucket for bucket in buckets for d in range(bucket[0], bucket[1] + 1)}
+    wanted = {phenomenon: _pairs_per_bucket(num_pairs, buckets) for phenomenon in PHENOMENA}
     pairs: Dict[str, List[Tuple[dict, dict]]] = {phenomenon: [] for phenomenon in PHENOMENA}
     for _ in range(max_documents):
         if not any(n for per_distance in wanted.values() for n in per_distance.values()):
             break
-        sentences = generate_document(document_rng)
-        translations = translate_document(sentences)
-        for position in range(CONTEXT_SENTENCES, len(sentences)):
+        sentences = generate_document(document_rng, max_distance, document_sentences)
+        translations = translate_document(sentences, max_distance)
+        for position in range(max_distance, len(sentences)):
             for decision in translations[position].decisions:
-                if not wanted[decision.phenomenon][decision.ctx_dist]:
+                bucket = bucket_of[decision.ctx_dist]
+                if not wanted[decision.phenomenon][bucket]:
                     continue
                 mirrored = _mirror_document(choice_rng, sentences, position, decision)
-                mirrored_translations = translate_document(mirrored)
+                mirrored_translations = translate_document(mirrored, max_distance)
                 mirrored_decision = mirrored_translations[position].decisions[0]
                 if mirrored_decision.ctx_dist != decision.ctx_dist or mirrored_decision.choice == decision.choice:
                     raise RuntimeError(f"mirroring did not flip {decision} in {sentences[:position + 1]}")
-                window = slice(position - CONTEXT_SENTENCES, position + 1)
+                window = slice(position - max_distance, position + 1)
                 true_candidate = translations[position].target
                 mirrored_candidate = mirrored_translations[position].target
                 candidates = [true_candidate, mirrored_candidate]
@@ -583,7 +627,7 @@ def generate_contrastive_sets(seed: int, num_pairs: int, max_documents: int = 1_
                                  mirrored_candidate, decision.ctx_dist)]
                 choice_rng.shuffle(pair)
                 pairs[decision.phenomenon].append(tuple(pair))
-                wanted[decision.phenomenon][decision.ctx_dist] -= 1
+                wanted[decision.phenomenon][bucket] -= 1
     else:
         raise RuntimeError(f"could not find {num_pairs} contrastive pairs per phenomenon "
                            f"in {max_documents} documents")
@@ -598,11 +642,12 @@ def generate_contrastive_sets(seed: int, num_pairs: int, max_documents: int = 1_
 # Writing the corpus
 # ----------------------------------------------------------------------------------------
 
-def _write_split(out_dir: str, split: str, documents: Sequence[Sequence[str]]) -> Dict[str, int]:
+def _write_split(out_dir: str, split: str, documents: Sequence[Sequence[str]],
+                 max_distance: int = CONTEXT_SENTENCES) -> Dict[str, int]:
     sources, targets, boundaries = [], [], []
     counts = {phenomenon: 0 for phenomenon in PHENOMENA}
     for index, sentences in enumerate(documents):
-        translations = translate_document(sentences)
+        translations = translate_document(sentences, max_distance)
         sources.extend(sentences)
         targets.extend(t.target for t in translations)
         boundaries.append(Document(f"synthetic-{split}-{index:05d}", len(sentences)))
@@ -615,15 +660,25 @@ def _write_split(out_dir: str, split: str, documents: Sequence[Sequence[str]]) -
     return counts
 
 
+def bucket_name(bucket: Tuple[int, int]) -> str:
+    return str(bucket[0]) if bucket[0] == bucket[1] else f"{bucket[0]}-{bucket[1]}"
+
+
 def write_corpus(out_dir: str, seed: int = 1, num_train_documents: int = 2000,
                  num_valid_documents: int = 100, num_test_documents: int = 100,
-                 num_contrastive_pairs: int = 250, num_valid_contrastive_pairs: Optional[int] = None) -> dict:
+                 num_contrastive_pairs: int = 250, num_valid_contrastive_pairs: Optional[int] = None,
+                 max_distance: int = CONTEXT_SENTENCES,
+                 document_sentences: Tuple[int, int] = DOCUMENT_SENTENCES) -> dict:
     """Write {out_dir}/{train,valid,test}.{src,tgt}, {out_dir}/{split}.docs,
     {out_dir}/consistency/{phenomenon}.json (the test sets) and
     {out_dir}/valid_consistency/{phenomenon}.json (validation sets for checkpoint selection,
     ``num_valid_contrastive_pairs`` pairs each, by default as many as the test sets, from
     their own random stream); return a summary dict (documents, sentences per split, examples
-    per phenomenon)."""
+    per phenomenon and per distance bucket).
+
+    ``max_distance``: the largest antecedent distance (the rules' context, the contrastive
+    examples' context sentences); ``document_sentences``: (least, most) sentences a document.
+    Their defaults write the corpus every embedded table is measured on."""
     sizes = {"train": num_train_documents, "valid": num_valid_documents, "test": num_test_documents}
     for split, size in sizes.items():
         if size <= 0:
@@ -632,13 +687,22 @@ def write_corpus(out_dir: str, seed: int = 1, num_train_documents: int = 2000,
         raise ValueError(f"num_contrastive_pairs must be >= 0, got {num_contrastive_pairs}")
     if num_valid_contrastive_pairs is not None and num_valid_contrastive_pairs < 0:
         raise ValueError(f"num_valid_contrastive_pairs must be >= 0, got {num_valid_contrastive_pairs}")
+    least, most = document_sentences
+    if max_distance < 1:
+        raise ValueError(f"max_distance must be at least 1, got {max_distance}")
+    if not 1 <= least <= most:
+        raise ValueError(f"document_sentences must be (least, most) with 1 <= least <= most, got {document_sentences}")
+    if num_contrastive_pairs and most <= max_distance:
+        raise ValueError(f"contrastive examples need {max_distance} context sentences: documents of at most "
+                         f"{most} sentences have none (raise the document length or lower max_distance)")
     os.makedirs(out_dir, exist_ok=True)
     summary = {"seed": seed, "languages": [SOURCE_LANGUAGE, TARGET_LANGUAGE],
                "documents": {}, "sentences": {}, "phenomenon_sentences": {},
-               "vocabulary": {SOURCE_LANGUAGE: len(LEXICON), TARGET_LANGUAGE: len(target_vocabulary())}}
+               "vocabulary": {SOURCE_LANGUAGE: len(LEXICON), TARGET_LANGUAGE: len(target_vocabulary())},
+               "max_distance": max_distance, "document_sentences": [least, most]}
     for split in SPLITS:
-        documents = generate_documents(seed, split, sizes[split])
-        counts = _write_split(out_dir, split, documents)
+        documents = generate_documents(seed, split, sizes[split], max_distance, document_sentences)
+        counts = _write_split(out_dir, split, documents, max_distance)
         summary["documents"][split] = len(documents)
         summary["sentences"][split] = sum(len(d) for d in documents)
         summary["phenomenon_sentences"][split] = counts
@@ -647,14 +711,44 @@ def write_corpus(out_dir: str, seed: int = 1, num_train_documents: int = 2000,
     for directory, stream, num_pairs, key in (
             ("consistency", "contrastive", num_contrastive_pairs, "contrastive_examples"),
             ("valid_consistency", "valid-contrastive", num_valid_contrastive_pairs, "valid_contrastive_examples")):
-        sets = generate_contrastive_sets(seed, num_pairs, stream=stream)
+        sets = generate_contrastive_sets(seed, num_pairs, stream=stream, max_distance=max_distance,
+                                         document_sentences=document_sentences)
         summary[key] = {}
+        summary[f"{key}_by_distance"] = {
+            phenomenon: {bucket_name(b): sum(b[0] <= e["ctx_dist"] <= b[1] for e in examples)
+                         for b in distance_buckets(max_distance)} for phenomenon, examples in sets.items()}
         for phenomenon, examples in sets.items():
             with atomic_write(os.path.join(out_dir, directory, f"{phenomenon}.json")) as handle:
                 json.dump(examples, handle, ensure_ascii=False)
                 handle.write("\n")
             summary[key][phenomenon] = len(examples)
     return summary
+
+
+def _sentence_range(text: str) -> Tuple[int, int]:
+    try:
+        least, most = (int(part) for part in text.split("-"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LEAST-MOST, e.g. 30-50, got {text!r}") from None
+    if not 1 <= least <= most:
+        raise argparse.ArgumentTypeError(f"expected 1 <= LEAST <= MOST, got {text!r}")
+    return least, most
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_long_range_arguments(parser: argparse.ArgumentParser) -> None:
+    """--max-distance and --document-sentences (also python -m rfa_doc_mt.data.prepare synthetic's)."""
+    parser.add_argument("--max-distance", type=_positive, default=CONTEXT_SENTENCES, metavar="D",
+                        help=f"largest antecedent distance in sentences (default {CONTEXT_SENTENCES}); above "
+                             f"{CONTEXT_SENTENCES} distances are balanced over the buckets 1, 2-3, 4-7, 8-14, ...")
+    parser.add_argument("--document-sentences", type=_sentence_range, default=DOCUMENT_SENTENCES,
+                        metavar="LEAST-MOST", help="sentences per document (default %d-%d)" % DOCUMENT_SENTENCES)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
@@ -670,12 +764,14 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
                         help="mirrored pairs per phenomenon (two examples each)")
     parser.add_argument("--valid-contrastive-pairs", type=int, default=None,
                         help="mirrored pairs per phenomenon of the validation sets (default: --contrastive-pairs)")
+    add_long_range_arguments(parser)
     args = parser.parse_args(argv)
     start = time.perf_counter()
     summary = write_corpus(args.out_dir, seed=args.seed, num_train_documents=args.train_documents,
                            num_valid_documents=args.valid_documents, num_test_documents=args.test_documents,
                            num_contrastive_pairs=args.contrastive_pairs,
-                           num_valid_contrastive_pairs=args.valid_contrastive_pairs)
+                           num_valid_contrastive_pairs=args.valid_contrastive_pairs,
+                           max_distance=args.max_distance, document_sentences=args.document_sentences)
     json.dump(summary, sys.stdout, indent=2)
     print(f"\nwritten to {args.out_dir} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     return summary

@@ -14,6 +14,7 @@ from ..data.io import DataError, atomic_write
 from . import __doc__ as PACKAGE_DOC
 from .experiments import EXPERIMENTS, budget_note, embedded_train_args, print_list, systems_to_train
 from .papers import (
+    CONTEXT_LENGTH_BUDGET,
     DEFAULT_SEEDS,
     EMBEDDED,
     FULL_BUDGET,
@@ -145,7 +146,8 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny corpus, 3 updates, tiny benchmarks: a test run")
     parser.add_argument("--budget", type=int,
                         help=f"updates per system on the embedded corpus (default {FULL_BUDGET}, the full run; "
-                             f"rfa_table1 alone: {TABLE1_BUDGET}, for its 25 runs; fewer make a shorter run whose "
+                             f"rfa_table1 alone: {TABLE1_BUDGET}, for its 25 runs; context_length alone: "
+                             f"{CONTEXT_LENGTH_BUDGET}; fewer make a shorter run whose "
                              "tables say so)")
     parser.add_argument("--seeds", type=int,
                         help=f"Table 1 (rfa_table1) on the embedded corpus: seeds each system's chosen setting "
@@ -184,6 +186,21 @@ def main(argv=None) -> int:
         + "".join(f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:])[1:])
     start = time.monotonic()
 
+    # the experiments of one corpus at a time (on the embedded setting each names the generated
+    # corpus it trains on; the runs of all of them go to OUT/runs)
+    groups: Dict[str, List[Experiment]] = {}
+    for experiment in experiments:
+        groups.setdefault(experiment.embedded_data if args.corpus == EMBEDDED else "data", []).append(experiment)
+    for data_name, group in groups.items():
+        run_experiments(args, group, out, data_name, seeds, command)
+    log(f"done in {time.monotonic() - start:.0f} s; tables: " +
+        ", ".join(os.path.join(out, f"{e.name}.md") for e in experiments))
+    return 0
+
+
+def run_experiments(args, experiments: List[Experiment], out: str, data_name: str, seeds: int, command: str) -> None:
+    """Train, evaluate and tabulate ``experiments``, which share one corpus (--data, or the
+    generated OUT/``data_name``)."""
     # 1. what to run: every row's system once; Table 1's search on the embedded corpus adds its
     # settings' runs, then their seeds, as it goes
     plan = [(experiment, experiment.rows(args.corpus, args.smoke)) for experiment in experiments]
@@ -197,7 +214,7 @@ def main(argv=None) -> int:
 
     # 2. check everything before any long work (the configs where anything is left to train)
     data = os.path.abspath(args.data) if args.data else None
-    scored = os.path.isdir(os.path.join(data or os.path.join(out, "data"), "consistency"))
+    scored = os.path.isdir(os.path.join(data or os.path.join(out, data_name), "consistency"))
     left = [s.key for s in systems if not finished(os.path.join(runs, s.key), evaluate[s.key], scored)]
     if search:
         left += [s.key for s, done in search.requests() if not finished(os.path.join(runs, s.key), done, scored)]
@@ -209,7 +226,7 @@ def main(argv=None) -> int:
     if problems:
         raise DataError("cannot start:\n  " + "\n  ".join(problems))
     if data is None:
-        data = prepare_embedded(out, args.smoke)
+        data = prepare_embedded(out, args.smoke, data_name)
         problems = data_problems(data, any(e.needs_consistency for e in experiments))
         if problems:
             raise DataError("the embedded corpus is incomplete (delete it to regenerate):\n  " + "\n  ".join(problems))
@@ -262,6 +279,3 @@ def main(argv=None) -> int:
         signature = next((r["bleu_signature"] for r in results.values() if r["bleu_signature"]), None)
         text = write_outputs(experiment, out, args.corpus, context, table, json_rows, command, signature)
         print(text, flush=True)
-    log(f"done in {time.monotonic() - start:.0f} s; tables: " +
-        ", ".join(os.path.join(out, f"{e.name}.md") for e, _ in plan))
-    return 0

@@ -4,7 +4,9 @@ the systems to train for a set of rows, and the training arguments that give eac
 from typing import Dict, List, Optional, Tuple
 
 from ..data.io import DataError
+from .context_length import table_context_length
 from .papers import (
+    CONTEXT_LENGTH_BUDGET,
     EMBEDDED,
     FULL_BUDGET,
     LSH_ATTENTIONS,
@@ -101,6 +103,24 @@ def lstm_systems(embedded: bool) -> List[Tuple[str, System]]:
             ("3to3_lstm", System("3-to-3 long-short term masking", "configs/lstm/lstm_3to3.sh"))]
 
 
+# The context-length experiment (the question paper 000 left open): each method at L = 1, 4, 8
+# and 15 on the long-range corpus, and the memory model, which reads the whole document
+CONTEXT_FAMILIES = {"transformer": "Transformer", "rfa_sgate": "RFA-sgate", "lsh": "LSH self+cross",
+                    "long_short": "long-short masking"}
+CONTEXT_LENGTHS = (1, 4, 8, 15)
+CONTEXT_MEMORY_STAGE1 = System("sentence-level transformer, stage 1 of the memory model",
+                               "configs/context/transformer_L1.sh", share=1 - MEMORY_FINETUNE_SHARE,
+                               name="context-transformer_L1-memory_stage1")
+
+
+def context_length_systems() -> List[Tuple[str, System]]:
+    rows = [(f"{family}_L{window}", System(f"{label} L={window}", f"configs/context/{family}_L{window}.sh"))
+            for family, label in CONTEXT_FAMILIES.items() for window in CONTEXT_LENGTHS]
+    rows.append(("memory", System("recurrent memory (whole document)", "configs/demo/memory_L1.sh",
+                                  CONTEXT_MEMORY_STAGE1.key, MEMORY_FINETUNE_SHARE, "context-memory")))
+    return rows
+
+
 EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
     Experiment("rfa_table1", "Paper 000, Table 1: BLEU at L = 1 and L = 4", "000",
                {EMBEDDED: rfa_table1_systems(None), "iwslt15": rfa_table1_systems("iwslt"),
@@ -123,13 +143,18 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                smoke_rows=("baseline", "memory", "both_top", "source_top", "target_top")),
     Experiment("lstm", "Paper 002: 1-to-1, 3-to-3 and 3-to-3 long-short term masking", "002",
                {EMBEDDED: lstm_systems(True), "paper": lstm_systems(False)}, False, table_lstm),
+    Experiment("context_length", "Context beyond four sentences: quality and cost against L on the long-range "
+               "corpus", "000", {EMBEDDED: context_length_systems()}, True, table_context_length,
+               embedded_data="data-long-range", budget=CONTEXT_LENGTH_BUDGET,
+               # RFA at the longest windows, and the memory model with its own stage 1 on this corpus
+               smoke_rows=("rfa_sgate_L15", "memory")),
 ]}
 for _experiment in EXPERIMENTS.values():
     _experiment.script = f"scripts/reproduce_{_experiment.name}.sh"
 
 
 # systems that no table shows but others start from (looked up by key)
-STAGE1_SYSTEMS = {MEMORY_STAGE1.key: MEMORY_STAGE1}
+STAGE1_SYSTEMS = {stage1.key: stage1 for stage1 in (MEMORY_STAGE1, CONTEXT_MEMORY_STAGE1)}
 
 
 def systems_to_train(rows) -> List[System]:

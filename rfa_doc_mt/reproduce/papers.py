@@ -21,6 +21,11 @@ FULL_BUDGET = 1000
 # at 600 (the demo's budget) about 2, within the 150 minutes it is given. reproduce_all.sh trains
 # every table, Table 1 included, at FULL_BUDGET (one budget, so that the tables share runs).
 TABLE1_BUDGET = 600
+# The context-length experiment alone (scripts/reproduce_context_length.sh): 18 runs on the
+# long-range corpus, whose evaluation at L = 15 (6400 contrastive examples of 15 sentences, test
+# windows that generate 15 sentences each) costs minutes a run: 600 updates each fit its 150
+# minutes on two cores, 1000 would not.
+CONTEXT_LENGTH_BUDGET = 600
 # The memory model (paper 004) is fine-tuned from a sentence-level transformer: stage 1 gets
 # 3/4 of the budget, the fine-tuning 1/4, so that both stages together match the other systems.
 MEMORY_FINETUNE_SHARE = 0.25
@@ -33,6 +38,20 @@ VALIDATIONS_PER_RUN = 16
 SMOKE_CORPUS = ["--train-documents", "40", "--valid-documents", "2", "--test-documents", "2",
                 "--contrastive-pairs", "10", "--workers", "1"]
 SMOKE_TRAIN_ARGS = ["--max-update", "3", "--max-tokens", "1024", "--log-interval", "1"]
+# The long-range corpus (the context-length experiment): antecedents 1-14 sentences back and
+# documents of 30-50 sentences (two thirds of the windows of 15 sentences are full), about as
+# many training sentences as the default corpus (18k); 800 mirrored pairs per phenomenon, 200
+# per distance bucket (1, 2-3, 4-7, 8-14): 400 examples, a 95% interval of at most +-4.9 points
+# per phenomenon and bucket. Its test split, 12 documents (466 sentences), is what every system
+# decodes for BLEU: at L = 15 a window generates 15 sentences to keep its last.
+LONG_RANGE_CORPUS = ["--max-distance", "14", "--document-sentences", "30-50", "--train-documents", "450",
+                     "--valid-documents", "10", "--test-documents", "12", "--contrastive-pairs", "800",
+                     "--valid-contrastive-pairs", "40"]
+SMOKE_LONG_RANGE_CORPUS = ["--max-distance", "14", "--document-sentences", "16-20", "--train-documents", "8",
+                           "--valid-documents", "1", "--test-documents", "1", "--contrastive-pairs", "4",
+                           "--valid-contrastive-pairs", "4", "--workers", "1"]
+# the generated corpora: OUT/<name> and their settings (full run, smoke run)
+EMBEDDED_CORPORA = {"data": ([], SMOKE_CORPUS), "data-long-range": (LONG_RANGE_CORPUS, SMOKE_LONG_RANGE_CORPUS)}
 # Table 1 on the embedded corpus: the seeds each system's chosen setting trains with (--seeds;
 # search.py), in a full run and in a smoke run (two: the mean and spread over seeds are computed)
 DEFAULT_SEEDS = 3
@@ -103,6 +122,8 @@ class Experiment:
     smoke_rows: Optional[Tuple[str, ...]] = None
     # updates per system on the embedded corpus when it runs alone without --budget
     budget: int = FULL_BUDGET
+    # the generated corpus its embedded rows train on (EMBEDDED_CORPORA)
+    embedded_data: str = "data"
 
     def rows(self, corpus: str, smoke: bool = False) -> List[Tuple[str, System]]:
         """The rows a run trains: every row, or a smoke run's."""

@@ -12,7 +12,7 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..data.io import DataError, atomic_write
-from .papers import EMBEDDED, ROOT, SHARED_WIT3, SMOKE_CORPUS, System
+from .papers import EMBEDDED, EMBEDDED_CORPORA, ROOT, SHARED_WIT3, System
 from .tables import read_json
 
 
@@ -321,8 +321,9 @@ def speed_corpus(out: str, corpus: str, data: Optional[str], smoke: bool, embedd
     return embedded_data
 
 
-def prepare_embedded(out: str, smoke: bool) -> str:
-    data = os.path.join(out, "data")
+def prepare_embedded(out: str, smoke: bool, name: str = "data") -> str:
+    """OUT/``name``: the generated corpus of that name (EMBEDDED_CORPORA), written on first use."""
+    data = os.path.join(out, name)
     marker = os.path.join(out, "reproduce.json")
     mode = "smoke" if smoke else "full"
     if os.path.isfile(marker):
@@ -334,7 +335,9 @@ def prepare_embedded(out: str, smoke: bool) -> str:
         with atomic_write(marker) as handle:
             json.dump({"mode": mode}, handle)
     if not os.path.isfile(os.path.join(data, "prep.json")):
-        log(f"embedded synthetic corpus -> {data}")
-        subprocess.run([os.path.join(ROOT, "scripts", "prepare_synthetic.sh"), "--out", data,
-                        *(SMOKE_CORPUS if smoke else [])], check=True, stdout=subprocess.DEVNULL)
+        full, smoke_settings = EMBEDDED_CORPORA[name]
+        settings = smoke_settings if smoke else full
+        log(f"embedded synthetic corpus -> {data}" + (f" ({' '.join(settings)})" if settings else ""))
+        subprocess.run([os.path.join(ROOT, "scripts", "prepare_synthetic.sh"), "--out", data, *settings],
+                       check=True, stdout=subprocess.DEVNULL)
     return data

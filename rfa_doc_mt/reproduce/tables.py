@@ -53,7 +53,7 @@ def system_results(run_dir: str, parent_dir: Optional[str] = None) -> dict:
     consistency_path = os.path.join(run_dir, "consistency.json")
     if os.path.isfile(consistency_path):
         result["consistency"] = {name: {"accuracy": value["accuracy"], "random": value["random"],
-                                        "examples": value.get("examples")}
+                                        "examples": value.get("examples"), "by_ctx_dist": value.get("by_ctx_dist")}
                                  for name, value in read_json(consistency_path).items()}
     return result
 

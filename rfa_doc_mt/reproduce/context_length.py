@@ -1,0 +1,218 @@
+"""The context-length experiment's table and figure: contrastive accuracy per antecedent distance
+bucket, BLEU, and what each system costs (training seconds per update, peak training memory,
+decoding speed), per method and window size L, on the long-range corpus."""
+
+import math
+import os
+import re
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..data.io import DataError
+from ..data.synthetic import bucket_name, distance_buckets
+from .tables import fmt, markdown, read_json, updates_cell, updates_json
+
+# the long-range corpus's largest antecedent distance (papers.LONG_RANGE_CORPUS)
+MAX_DISTANCE = 14
+BUCKETS = distance_buckets(MAX_DISTANCE)  # (1, 1), (2, 3), (4, 7), (8, 14)
+Z95 = 1.959964
+CHANCE = 50.0  # two candidates per example
+
+
+def wilson(correct: int, examples: int) -> Tuple[float, float]:
+    """The 95% Wilson score interval of a proportion, in percent."""
+    p = correct / examples
+    centre = (p + Z95 ** 2 / (2 * examples)) / (1 + Z95 ** 2 / examples)
+    half = Z95 * math.sqrt(p * (1 - p) / examples + Z95 ** 2 / (4 * examples ** 2)) / (1 + Z95 ** 2 / examples)
+    return 100 * (centre - half), 100 * (centre + half)
+
+
+def bucket_accuracy(consistency: dict, phenomena: Sequence[str], bucket: Tuple[int, int]) -> Optional[dict]:
+    """Accuracy over the examples of ``phenomena`` whose antecedent lies ``bucket`` sentences
+    back (consistency.json's per-distance counts), with its 95% interval; None without examples."""
+    correct = examples = 0
+    for phenomenon in phenomena:
+        for distance, figures in consistency[phenomenon]["by_ctx_dist"].items():
+            if bucket[0] <= int(distance) <= bucket[1]:
+                examples += figures["examples"]
+                correct += int(round(figures["accuracy"] * figures["examples"] / 100))
+    if not examples:
+        return None
+    low, high = wilson(correct, examples)
+    return {"accuracy": 100 * correct / examples, "examples": examples, "interval": [low, high]}
+
+
+def fmt_accuracy(figures: Optional[dict]) -> str:
+    if figures is None:
+        return "—"
+    low, high = figures["interval"]
+    return f"{figures['accuracy']:.1f} ±{max(figures['accuracy'] - low, high - figures['accuracy']):.1f}"
+
+
+# ---------------------------------------------------------------------------------------
+# costs, read from a run's files
+
+UPS = re.compile(r"\| train_inner \|.*?ups=(?P<ups>[0-9.]+)")
+TRANSLATED = re.compile(r"Translated (?P<windows>[0-9,]+) sentences \((?P<tokens>[0-9,]+) tokens\) in "
+                        r"(?P<seconds>[0-9.]+)s")
+
+
+def seconds_per_update(run_dir: str) -> Optional[float]:
+    """1 / the mean of fairseq's updates per second over the run's logged training intervals."""
+    rates = []
+    path = os.path.join(run_dir, "train.log")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            rates = [float(m["ups"]) for m in map(UPS.search, handle) if m and float(m["ups"]) > 0]
+    return 1 / (sum(rates) / len(rates)) if rates else None
+
+
+def peak_training_mb(run_dir: str) -> Optional[float]:
+    """The training process's peak resident memory (fairseq_command's train.resources.json)."""
+    path = os.path.join(run_dir, "train.resources.json")
+    return read_json(path)["peak_resident_mb"] if os.path.isfile(path) else None
+
+
+def decoding_speed(run_dir: str) -> Optional[dict]:
+    """Tokens generated per second decoding the test split, and the test sentences kept per
+    second (a window of L sentences generates all L to keep its last), from fairseq-generate's
+    summary line and the number of hypotheses."""
+    path = os.path.join(run_dir, "test.generate.err")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        found = [m for m in map(TRANSLATED.search, handle) if m]
+    if not found:
+        return None
+    last = found[-1]
+    seconds = float(last["seconds"])
+    tokens = int(last["tokens"].replace(",", ""))
+    hypotheses = os.path.join(run_dir, "test.hyp")
+    sentences = sum(1 for _ in open(hypotheses, encoding="utf-8")) if os.path.isfile(hypotheses) else None
+    return {"seconds": seconds, "tokens": tokens, "tokens_per_second": tokens / seconds if seconds else None,
+            "sentences_per_second": sentences / seconds if sentences and seconds else None}
+
+
+# ---------------------------------------------------------------------------------------
+# the table
+
+
+def learned_phenomena(results: Dict[str, dict], keys: Sequence[str], phenomena: Sequence[str]) -> List[str]:
+    """The phenomena some system learned at distance 1: its 95% interval there lies above chance."""
+    learned = []
+    for phenomenon in phenomena:
+        for key in keys:
+            figures = bucket_accuracy(results[key]["consistency"], [phenomenon], BUCKETS[0])
+            if figures is not None and figures["interval"][0] > CHANCE:
+                learned.append(phenomenon)
+                break
+    return learned
+
+
+def table_context_length(context) -> Tuple[str, list]:
+    keys = [system.key for _, system in context.systems]
+    missing = [key for key in keys if "consistency" not in context.results[key]]
+    if missing:
+        raise DataError(f"context_length needs contrastive sets; no consistency results for {', '.join(missing)}")
+    phenomena = [p for p in context.results[keys[0]]["consistency"] if p != "pooled"]
+    learned = learned_phenomena(context.results, keys, phenomena)
+    names = [bucket_name(b) for b in BUCKETS]
+    rows, detail_rows, json_rows = [], [], []
+    for row_id, system in context.systems:
+        result = context.results[system.key]
+        run_dir = os.path.join(context.runs, system.key)
+        window = row_id.rsplit("_L", 1)[1] if "_L" in row_id else "document"
+        pooled = {bucket_name(b): bucket_accuracy(result["consistency"], learned, b) if learned else None
+                  for b in BUCKETS}
+        per_phenomenon = {p: {bucket_name(b): bucket_accuracy(result["consistency"], [p], b) for b in BUCKETS}
+                          for p in phenomena}
+        speed = decoding_speed(run_dir)
+        cost = {"seconds_per_update": seconds_per_update(run_dir), "peak_training_mb": peak_training_mb(run_dir),
+                "decoding": speed}
+        rows.append([system.label.rsplit(" L=", 1)[0], window, updates_cell(result), fmt(result["s_bleu"]),
+                     fmt(result["d_bleu"])] + [fmt_accuracy(pooled[n]) for n in names]
+                    + [fmt(cost["seconds_per_update"], 2), fmt(cost["peak_training_mb"], 0),
+                       fmt(speed["tokens_per_second"] if speed else None, 0),
+                       fmt(speed["sentences_per_second"] if speed else None, 1)])
+        detail_rows.append([system.label.rsplit(" L=", 1)[0], window] + [
+            " / ".join(fmt(per_phenomenon[p][n]["accuracy"] if per_phenomenon[p][n] else None, 0) for n in names)
+            for p in phenomena])
+        json_rows.append({"row": row_id, "system": system.label, "config": system.config, "L": window,
+                          "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"], **updates_json(result),
+                          "accuracy_by_distance": pooled, "accuracy_by_phenomenon": per_phenomenon, **cost})
+    bucket_headers = [f"acc. {n}" for n in names]
+    table = markdown(["system", "L", "updates", "s-BLEU", "d-BLEU"] + bucket_headers
+                     + ["s / update", "peak train MB", "decode tok/s", "decode sent/s"], rows)
+    detail = markdown(["system", "L"] + [f"{p} ({' / '.join(names)})" for p in phenomena], detail_rows)
+    examples = {n: (pooled_examples(context.results[keys[0]]["consistency"], learned, b)) for n, b in
+                zip(names, BUCKETS)}
+    context.notes.append(
+        "Accuracy (%): contrastive pairs whose antecedent lies that many sentences back, pooled over the "
+        f"phenomena some system learned at distance 1 (its 95% interval above {CHANCE:.0f}): "
+        f"{', '.join(learned) or 'none'}; examples per bucket: "
+        + ", ".join(f"{n}: {e}" for n, e in examples.items())
+        + "; ± is the larger side of the 95% Wilson interval over examples (the two examples of a mirrored pair "
+        "are counted as independent). Chance is 50. A window of L sentences sees antecedents up to L - 1 back; "
+        "the memory model reads every earlier sentence of the example (14).")
+    context.notes.append(
+        "Cost: s / update is 1 / fairseq's mean updates per second over the logged intervals (two runs shared the "
+        "machine's two cores, one torch thread each); peak train MB is the training process's peak resident "
+        "memory (model, optimiser, Python and torch included); decode tok/s counts every token the sliding "
+        "windows generate (at L = 15 each window generates 15 sentences to keep its last), decode sent/s the test "
+        "sentences translated per second (beam 4, 64 windows a batch). BLEU: the long-range test split, 12 "
+        "documents (466 sentences), the same for every system.")
+    context.notes.append("Per phenomenon (accuracy per distance bucket):\n\n" + detail)
+    context.plot = context_length_plot(context.systems, json_rows, names, context.png_path)
+    context.extra["learned_phenomena"] = learned
+    return table, json_rows
+
+
+def pooled_examples(consistency: dict, phenomena: Sequence[str], bucket: Tuple[int, int]) -> int:
+    figures = bucket_accuracy(consistency, phenomena, bucket) if phenomena else None
+    return figures["examples"] if figures else 0
+
+
+def context_length_plot(systems, json_rows: List[dict], names: Sequence[str], path: str) -> str:
+    """Left: pooled accuracy against the antecedent's distance, a line per system and L. Right:
+    accuracy at the farthest bucket against decoding speed."""
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..bench.common import save_figure
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colours: Dict[str, str] = {}
+    styles = {"1": ":", "4": "-.", "8": "--", "15": "-", "document": "-"}
+    for row in json_rows:
+        family = row["system"].rsplit(" L=", 1)[0]
+        colour = colours.setdefault(family, f"C{len(colours)}")
+        values = [row["accuracy_by_distance"][n]["accuracy"] if row["accuracy_by_distance"][n] else float("nan")
+                  for n in names]
+        label = family if row["L"] == "document" else f"{family} L={row['L']}"
+        left.plot(range(len(names)), values, styles.get(row["L"], "-"), color=colour, marker="o", markersize=3,
+                  label=label)
+        far = row["accuracy_by_distance"][names[-1]]
+        speed = row["decoding"]["sentences_per_second"] if row["decoding"] else None
+        if far and speed:
+            right.scatter(speed, far["accuracy"], color=colour)
+            right.annotate(f"L={row['L']}" if row["L"] != "document" else "memory", (speed, far["accuracy"]),
+                           fontsize=7, xytext=(3, 3), textcoords="offset points")
+    for axis in (left, right):
+        axis.axhline(CHANCE, color="grey", linewidth=0.8, linestyle="--")
+    left.set_xticks(range(len(names)), names)
+    left.set_xlabel("antecedent distance (sentences back)")
+    left.set_ylabel("contrastive accuracy (%)")
+    left.legend(fontsize="xx-small", ncol=2)
+    right.set_xscale("log")
+    right.set_xlabel("decoding speed (test sentences per second, log scale)")
+    right.set_ylabel(f"accuracy at distance {names[-1]} (%)")
+    for family, colour in colours.items():
+        right.scatter([], [], color=colour, label=family)
+    right.legend(fontsize="x-small")
+    figure.tight_layout()
+    save_figure(figure, path)
+    return path
