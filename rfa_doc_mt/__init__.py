@@ -8,6 +8,7 @@ and ``python -m rfa_doc_mt.scoring.bleu``, which every decode runs once, and
 the registration (3-4 s of imports each time); every other use registers.
 """
 
+import os
 import sys
 
 __version__ = "0.1.0"
@@ -20,21 +21,34 @@ LIGHT_TOOLS = ("rfa_doc_mt.generation.collect", "rfa_doc_mt.scoring.bleu", "rfa_
 QUIET_TOOLS = ("rfa_doc_mt.generation.translate",)
 
 
-def _started_as(tools) -> bool:
+def _started_module():
     # While `python -m PACKAGE.MODULE` imports PACKAGE, sys.argv[0] is "-m" (Python's documented
     # behaviour); sys.orig_argv holds the command line as given.
     if sys.argv[:1] != ["-m"]:
-        return False
+        return None
     argv = getattr(sys, "orig_argv", [])
-    return "-m" in argv[:-1] and argv[argv.index("-m") + 1] in tools
+    return argv[argv.index("-m") + 1] if "-m" in argv[:-1] else None
 
 
-if _started_as(QUIET_TOOLS):
-    import logging
+def quiet_fairseq_for(module) -> None:
+    if module in QUIET_TOOLS:
+        import logging
 
-    logging.getLogger("fairseq").setLevel(logging.WARNING)  # its INFO lines on import and set-up
+        logging.getLogger("fairseq").setLevel(logging.WARNING)  # its INFO lines on import and set-up
 
-if not _started_as(LIGHT_TOOLS):
+
+_module = _started_module()
+quiet_fairseq_for(_module)
+if _module and _module not in LIGHT_TOOLS and _module != "rfa_doc_mt.warm_start" \
+        and os.environ.get("RFA_DOC_MT_WARM_START"):
+    # a warm-start server runs this command in a fork that has imported everything (warm_start.py)
+    from .warm_start import delegate
+
+    _status = delegate(_module)
+    if _status is not None:
+        sys.exit(_status)
+
+if _module not in LIGHT_TOOLS:
     # isort: off
     from . import compat  # noqa: F401  (first: adapts fairseq to this torch before anything loads)
     from . import tasks, models, optim  # noqa: F401

@@ -11,10 +11,12 @@ usage: $(basename "$0") [--out DIR] [--seed N] [--{train,valid,test}-documents N
 
   --out DIR              output directory (default: $ROOT/data-bin/synthetic)
   --seed N               corpus seed (default 1)
-  --train-documents N    number of training documents (default: the generator's)
+  --train-documents N    number of training documents (default: the generator's; also --valid-documents,
+                         --test-documents)
   --max-distance D       largest antecedent distance in sentences (default 3); the long-range
                          corpus: --max-distance 14 --document-sentences 30-50
   --force                replace --out even when it holds files this script did not write there
+other options: those of \`python -m rfa_doc_mt.data.prepare synthetic\`
 USAGE
 }
 

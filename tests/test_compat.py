@@ -1,4 +1,5 @@
 import argparse
+import json
 import os
 
 import numpy as np
@@ -106,3 +107,17 @@ def test_fairseq_command_runs_only_fairseqs_commands():
                            capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert shown.stdout.startswith("usage: fairseq-generate") and "--beam" in shown.stdout
+
+
+def test_fairseq_train_records_its_peak_memory_in_the_save_dir(tmp_path):
+    from rfa_doc_mt.fairseq_command import save_dir, write_resources
+
+    assert save_dir(["data", "--save-dir", "runs/a", "--max-update", "3"]) == "runs/a"
+    assert save_dir(["data", "--save-dir=runs/b"]) == "runs/b" and save_dir(["data"]) == "checkpoints"
+    held = bytearray(64 * 1024 * 1024)  # 64 MB resident in this process: its peak is at least that
+    held[::4096] = b"x" * len(held[::4096])
+    write_resources(["data", "--save-dir", str(tmp_path)], 12.5)
+    resources = json.loads((tmp_path / "train.resources.json").read_text())
+    assert resources["peak_resident_mb"] >= resources["this_process_mb"] > 64 and resources["seconds"] == 12.5
+    write_resources(["data", "--save-dir", str(tmp_path / "missing")], 1.0)  # no folder: nothing written
+    assert not (tmp_path / "missing").exists()

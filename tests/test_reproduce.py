@@ -24,13 +24,13 @@ from rfa_doc_mt.reproduce import (
     prepare_embedded,
     systems_to_train,
 )
-from rfa_doc_mt.reproduce.papers import TABLE1_BUDGET
+from rfa_doc_mt.reproduce.papers import CONTEXT_LENGTH_BUDGET, TABLE1_BUDGET
 from rfa_doc_mt.reproduce.running import config_architectures
 
 pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = ["rfa_table1", "rfa_figure3", "rfa_figure4", "lsh_table2", "memory_table1", "lstm"]
+SCRIPTS = ["rfa_table1", "rfa_figure3", "rfa_figure4", "lsh_table2", "memory_table1", "lstm", "context_length"]
 
 
 def reproduce(name, *args):
@@ -194,6 +194,30 @@ def test_lsh_memory_and_lstm_tables(smoke_all):
     assert lstm[0]["s_bleu"] == rows_of(out, "lsh_table2")[0]["s_bleu"]
 
 
+def test_context_length_table(smoke_all):
+    """On its own corpus (antecedents up to 14 back): accuracy per distance bucket, per phenomenon,
+    and the costs of each system, with the plot."""
+    out, _ = smoke_all
+    prep = json.loads((out / "data-long-range" / "prep.json").read_text())
+    assert prep["max_distance"] == 14 and prep["document_sentences"] == [16, 20]
+    rows = rows_of(out, "context_length")
+    # a smoke run: RFA-sgate at the longest windows, and the memory model (its own stage 1 on this corpus)
+    assert [(r["row"], r["L"]) for r in rows] == [("rfa_sgate_L15", "15"), ("memory", "document")]
+    assert (out / "runs" / "context-transformer_L1-memory_stage1" / "train.done").is_file()
+    buckets = ["1", "2-3", "4-7", "8-14"]
+    for row in rows:
+        assert list(row["accuracy_by_distance"]) == buckets
+        for phenomenon, per_bucket in row["accuracy_by_phenomenon"].items():
+            assert list(per_bucket) == buckets
+            assert all(f["examples"] == 2 and f["interval"][0] <= f["accuracy"] <= f["interval"][1]
+                       for f in per_bucket.values()), (phenomenon, per_bucket)
+        assert row["seconds_per_update"] > 0 and row["peak_training_mb"] > 100
+        assert row["decoding"]["tokens_per_second"] > 0 and row["decoding"]["sentences_per_second"] > 0
+    text = (out / "context_length.md").read_text()
+    assert "| acc. 8-14 |" in text and "Per phenomenon" in text and "466 sentences" in text
+    assert (out / "context_length.png").stat().st_size > 0
+
+
 def test_each_script_resumes_and_prints_its_table(smoke_all):
     out, _ = smoke_all
     before = {name: json.loads((out / f"{name}.json").read_text())["rows"] for name in SCRIPTS}
@@ -330,6 +354,13 @@ def test_list_prints_every_system_with_its_config_and_updates():
     # without --budget: Table 1 alone trains TABLE1_BUDGET updates a run (its 25 runs), the others FULL_BUDGET
     assert f"search: each setting trains {TABLE1_BUDGET} updates" in two and TABLE1_BUDGET != FULL_BUDGET
     assert any("demo-lsh_L4" in line and f"{FULL_BUDGET} updates" in line for line in two.splitlines())
+    # the context-length experiment: every method at four window sizes, the memory model from its own stage 1
+    for family in ("transformer", "rfa_sgate", "lsh", "long_short"):
+        for window in (1, 4, 8, 15):
+            assert any(f"context-{family}_L{window} " in line and f"configs/context/{family}_L{window}.sh" in line
+                       and f"{CONTEXT_LENGTH_BUDGET} updates" in line for line in two.splitlines()), (family, window)
+    assert any("context-memory" in line and "fine-tuned from context-transformer_L1-memory_stage1" in line
+               for line in two.splitlines())
 
 
 def test_table1_alone_trains_its_own_budget_and_all_trains_one():
@@ -342,6 +373,7 @@ def test_table1_alone_trains_its_own_budget_and_all_trains_one():
 
     assert full_budget("rfa_table1") == TABLE1_BUDGET < FULL_BUDGET
     assert full_budget("all") == full_budget("lsh_table2") == full_budget("rfa_figure3") == FULL_BUDGET
+    assert full_budget("context_length") == CONTEXT_LENGTH_BUDGET < FULL_BUDGET
     for budget, full in ((TABLE1_BUDGET, TABLE1_BUDGET), (FULL_BUDGET, FULL_BUDGET), (50, TABLE1_BUDGET)):
         note = budget_note(SimpleNamespace(smoke=False, corpus=EMBEDDED, budget=budget, full_budget=full), {})
         assert f"trained {budget} updates" in note
@@ -373,6 +405,19 @@ def option(words, name):
     return words[len(words) - 1 - words[::-1].index(name) + 1]
 
 
+def without(words, *names):
+    """``words`` without the options ``names`` and their values."""
+    kept, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in names:
+            skip = True
+        else:
+            kept.append(word)
+    return kept
+
+
 def test_embedded_configs_keep_the_papers_settings():
     # paper 003: four hash rounds for LSH in all three attentions, one for self-attention only
     for config, rounds in (("configs/demo/lsh_L4.sh", "4"), ("configs/demo/lsh_self_cross_k0.sh", "4"),
@@ -383,3 +428,16 @@ def test_embedded_configs_keep_the_papers_settings():
     paper = option(config_words("configs/memory/both_5.sh"), "--optimization-window")
     for config in ("memory_L1", "memory_both_0", "memory_both_01", "memory_source_1", "memory_target_1"):
         assert option(config_words(f"configs/demo/{config}.sh"), "--optimization-window") == paper, config
+    # the context-length configs: the demo's systems, L - 1 context sentences; LSH with L hash classes
+    # rounded up to even (paper 003 §5.2), four rounds
+    demo = {"transformer": "transformer_L4", "rfa_sgate": "rfa_sgate_L4", "lsh": "lsh_L4", "long_short": "lstm_L4"}
+    for family, model in demo.items():
+        reference = config_words(f"configs/demo/{model}.sh")
+        for window in (1, 4, 8, 15):
+            words = config_words(f"configs/context/{family}_L{window}.sh")
+            assert option(words, "--context-size") == str(window - 1)
+            assert without(words, "--context-size", "--lsh-hash-classes") == \
+                without(reference, "--context-size", "--lsh-hash-classes")
+            if family == "lsh":
+                assert option(words, "--lsh-hash-classes") == str(window + window % 2)
+                assert option(words, "--lsh-rounds") == "4"

@@ -408,3 +408,84 @@ def test_contrastive_pairs_are_mirrored(corpus, phenomenon):
     assert set(distances) == {1, 2, 3} and max(distances.values()) - min(distances.values()) <= 2, distances
     positions = collections.Counter(e["true_ind"] for e in examples)
     assert positions[0] == positions[1], positions
+
+
+# ---------------------------------------------------------------------------------------
+# The long-range corpus (max_distance above 3)
+# ---------------------------------------------------------------------------------------
+
+LONG = dict(max_distance=14, document_sentences=(18, 24))
+
+
+def test_distance_buckets_double_up_to_the_largest_distance():
+    assert synthetic.distance_buckets(14) == [(1, 1), (2, 3), (4, 7), (8, 14)]
+    assert synthetic.distance_buckets(3) == [(1, 1), (2, 3)]
+    assert synthetic.distance_buckets(16) == [(1, 1), (2, 3), (4, 7), (8, 15), (16, 16)]
+    with pytest.raises(ValueError):
+        synthetic.distance_buckets(0)
+
+
+def test_the_rules_read_as_far_back_as_the_largest_distance():
+    formal, adjective = words("title", "formal")[0], words("adjective")[0]
+    filler = f"ka {words('inanimate_noun')[0]} su {adjective}"
+    context = [f"{formal} , {filler}"] + [filler] * 9  # the title 10 sentences back
+    you_sentence = f"{YOU} su nimi {adjective}"
+    with pytest.raises(UnresolvedContext):
+        translate_sentence(context, you_sentence)  # the default corpus's rules: 3 back
+    decision, = translate_sentence(context, you_sentence, max_distance=14).decisions
+    assert (decision.ctx_dist, decision.choice) == (10, YOU_TARGET["formal"])
+    with pytest.raises(UnresolvedContext):
+        translate_sentence(context, you_sentence, max_distance=9)
+
+
+def test_long_range_documents_place_cues_in_every_bucket_and_translate_by_their_rules():
+    documents = synthetic.generate_documents(5, "train", 60, **LONG)
+    assert all(18 <= len(d) <= 24 for d in documents)
+    seen = collections.Counter()
+    for document in documents:
+        for translation in translate_document(document, max_distance=14):
+            for decision in translation.decisions:
+                bucket, = [b for b in synthetic.distance_buckets(14) if b[0] <= decision.ctx_dist <= b[1]]
+                seen[decision.phenomenon, bucket] += 1
+    # drawn uniformly over the buckets: each phenomenon has cues in each, the farthest included
+    for phenomenon in PHENOMENA:
+        counts = [seen[phenomenon, b] for b in synthetic.distance_buckets(14)]
+        assert min(counts) >= 0.3 * max(counts) > 0, (phenomenon, counts)
+    # with the default rules (3 back) these documents cannot be translated: their cues lie farther
+    with pytest.raises(UnresolvedContext):
+        for document in documents:
+            translate_document(document)
+
+
+def test_long_range_contrastive_sets_balance_the_buckets_and_carry_the_whole_context():
+    sets = synthetic.generate_contrastive_sets(3, 8, **LONG)
+    for phenomenon, examples in sets.items():
+        assert len(examples) == 16
+        buckets = collections.Counter(next(b for b in synthetic.distance_buckets(14) if b[0] <= e["ctx_dist"] <= b[1])
+                                      for e in examples)
+        assert set(buckets.values()) == {4}, (phenomenon, buckets)  # 2 pairs (4 examples) per bucket
+        for first, second in zip(examples[0::2], examples[1::2]):
+            sources = first["src"].split(SEPARATOR)
+            assert len(sources) == 15 and len(first["dst"][0].split(SEPARATOR)) == 15
+            assert sources[-1] == second["src"].split(SEPARATOR)[-1] and first["true_ind"] != second["true_ind"]
+            # the rules over the 14 context sentences choose the true candidate
+            assert translate_sentence(sources[:-1], sources[-1], max_distance=14).target == \
+                first["dst"][first["true_ind"]].split(SEPARATOR)[-1]
+
+
+def test_long_range_corpus_is_written_with_its_settings(tmp_path):
+    summary = write_corpus(str(tmp_path / "long"), num_train_documents=5, num_valid_documents=2,
+                           num_test_documents=2, num_contrastive_pairs=4, **LONG)
+    assert summary["max_distance"] == 14 and summary["document_sentences"] == [18, 24]
+    assert summary["contrastive_examples_by_distance"]["deixis"] == {"1": 2, "2-3": 2, "4-7": 2, "8-14": 2}
+    for split in ("train", "test"):
+        for sources, targets in read_documents(str(tmp_path / "long"), split):
+            assert [t.target for t in translate_document(sources, max_distance=14)] == targets
+    with pytest.raises(ValueError, match="context sentences"):
+        write_corpus(str(tmp_path / "short"), num_train_documents=2, num_contrastive_pairs=2, max_distance=14)
+    assert synthetic.main([str(tmp_path / "cli"), "--train-documents", "2", "--valid-documents", "1",
+                           "--test-documents", "1", "--contrastive-pairs", "4", "--max-distance", "14",
+                           "--document-sentences", "18-24"])["max_distance"] == 14
+    for bad in (["--max-distance", "0"], ["--document-sentences", "9-3"], ["--document-sentences", "ten"]):
+        with pytest.raises(SystemExit):
+            synthetic.main([str(tmp_path / "bad"), *bad])

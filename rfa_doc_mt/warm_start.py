@@ -1,0 +1,222 @@
+"""Warm starts: one process imports torch, fairseq and this plugin once, then runs each
+``python -m rfa_doc_mt.MODULE ...`` started while it listens in a fork of itself.
+
+    python -m rfa_doc_mt.warm_start SOCKET          # listen on a Unix socket until stopped
+    RFA_DOC_MT_WARM_START=SOCKET python -m rfa_doc_mt.fairseq_command fairseq-train ...
+
+Every run of a command of this package that imports fairseq (training, decoding, consistency
+scoring, preparation, the benchmarks) spends 3-5 s of CPU importing torch and fairseq before it
+does anything; the test suite starts hundreds of them (tests/conftest.py starts a server for the
+session). With ``RFA_DOC_MT_WARM_START`` set, the package's ``__init__`` hands the command line,
+working directory, environment, ``sys.path`` and its standard input, output and error (the file
+descriptors themselves) to the server, which forks; the fork runs the module as ``python -m``
+would (:func:`runpy.run_module`) and reports its exit status, which the client exits with. Output
+goes where the command's own would; a client that is killed takes its fork down with it.
+
+The fork is the same program with the same options: what differs is only what was imported
+before ``main`` ran. It refuses (and the client then runs the command itself, as without the
+variable) when the client's interpreter, this package or fairseq are other files than the
+server's, or when it sets variables that the server's imports have already read
+(``ATEN_CPU_CAPABILITY``, ``MKL_NUM_THREADS``, ``PYTHONHASHSEED``, ...) to other values.
+``OMP_NUM_THREADS`` and ``PYTHONWARNINGS`` are applied in the fork. Without the variable, or
+with no server listening, nothing changes.
+"""
+
+import importlib.util
+import json
+import os
+import runpy
+import signal
+import socket
+import struct
+import sys
+import threading
+import traceback
+import warnings
+from typing import List, Optional
+
+VARIABLE = "RFA_DOC_MT_WARM_START"
+# read once, when torch or numpy load: a client must agree with the server on them
+FIXED_AT_IMPORT = ("ATEN_CPU_CAPABILITY", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PYTHONHASHSEED",
+                   "KMP_AFFINITY", "GOMP_CPU_AFFINITY", "CUDA_VISIBLE_DEVICES", "TORCH_LOGS")
+# what the server imports before it listens
+PRELOADED = ("rfa_doc_mt", "fairseq_cli.train", "fairseq_cli.generate", "fairseq_cli.validate",
+             "rfa_doc_mt.fairseq_command", "rfa_doc_mt.scoring.consistency", "rfa_doc_mt.generation.translate",
+             "rfa_doc_mt.data.prepare")
+REFUSED = -1000  # the status a server sends for a run it will not do
+
+
+def _identity(environment) -> dict:
+    """What must be the same in a client and the server for a fork to stand for the client."""
+    fairseq = importlib.util.find_spec("fairseq")
+    return {"executable": os.path.realpath(sys.executable),
+            "package": os.path.realpath(os.path.dirname(os.path.abspath(__file__))),
+            "fairseq": os.path.realpath(fairseq.origin) if fairseq and fairseq.origin else None,
+            "fixed": {name: environment.get(name) for name in FIXED_AT_IMPORT}}
+
+
+# ---------------------------------------------------------------------------------------
+# the client: the package's __init__ when the variable is set
+
+
+def _send(connection: socket.socket, payload: dict) -> None:
+    data = json.dumps(payload).encode("utf-8")
+    socket.send_fds(connection, [struct.pack("!Q", len(data))], [0, 1, 2])
+    connection.sendall(data)
+
+
+def delegate(module: str) -> Optional[int]:
+    """Run ``python -m module`` (this process's arguments) in the server's fork; its exit status,
+    or None when no server took it (then the caller runs the command itself)."""
+    path = os.environ.get(VARIABLE)
+    if not path:
+        return None
+    try:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.connect(path)
+    except OSError:
+        return None
+    with connection:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        _send(connection, {"module": module, "argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ),
+                           "path": sys.path, "identity": _identity(os.environ)})
+        reply = b""
+        while len(reply) < 4:
+            chunk = connection.recv(4 - len(reply))
+            if not chunk:
+                return None if not reply else 1  # the server went away before the fork answered
+            reply += chunk
+    status = struct.unpack("!i", reply)[0]
+    return None if status == REFUSED else status
+
+
+# ---------------------------------------------------------------------------------------
+# the server and its forks
+
+
+def _receive(connection: socket.socket) -> dict:
+    header, fds, _, _ = socket.recv_fds(connection, 8, 3)
+    if len(header) != 8 or len(fds) != 3:
+        raise ConnectionError("a warm-start client sent no request")
+    size = struct.unpack("!Q", header)[0]
+    data = b""
+    while len(data) < size:
+        chunk = connection.recv(min(1 << 20, size - len(data)))
+        if not chunk:
+            raise ConnectionError("a warm-start client went away")
+        data += chunk
+    request = json.loads(data)
+    request["fds"] = fds
+    return request
+
+
+def _watch(connection: socket.socket) -> None:
+    """End this fork when its client goes away (killed, or stopped by a timeout)."""
+    try:
+        while connection.recv(1):
+            pass
+    except OSError:
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _apply_warnings(options: str, defaults: List) -> None:
+    warnings.filters[:] = list(defaults)
+    for option in filter(None, options.split(",")):
+        try:
+            warnings._setoption(option)  # what Python does with PYTHONWARNINGS at start-up
+        except warnings._OptionError as error:
+            print(f"Invalid -W option ignored: {error}", file=sys.stderr)
+
+
+def _run_fork(connection: socket.socket, identity: dict, warning_defaults: List) -> int:
+    request = _receive(connection)
+    for target, fd in enumerate(request["fds"]):
+        os.dup2(fd, target)
+        os.close(fd)
+    if _identity(request["env"]) != identity or request["identity"] != identity:
+        return REFUSED
+    threading.Thread(target=_watch, args=(connection,), daemon=True).start()
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.path[:] = request["path"]
+    _apply_warnings(request["env"].get("PYTHONWARNINGS", ""), warning_defaults)
+    unbuffered = bool(request["env"].get("PYTHONUNBUFFERED"))
+    sys.stdout.reconfigure(line_buffering=os.isatty(1), write_through=unbuffered)
+    sys.stderr.reconfigure(line_buffering=True)
+    threads = request["env"].get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    from . import quiet_fairseq_for
+
+    quiet_fairseq_for(request["module"])
+    sys.argv = [request["module"], *request["argv"]]
+    sys.modules.pop(request["module"], None)  # preloaded: run as __main__, as `python -m` does
+    try:
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        status = 0
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            status = stop.code or 0
+        else:
+            print(stop.code, file=sys.stderr)
+            status = 1
+    except BaseException:  # noqa: BLE001  (as Python does: the traceback, then status 1)
+        traceback.print_exc()
+        status = 1
+    return status
+
+
+def serve(path: str) -> None:
+    for module in PRELOADED:
+        importlib.import_module(module)
+    identity = _identity(os.environ)
+    warning_defaults = list(warnings.filters)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.path.exists(path):
+        os.remove(path)
+    listener.bind(path + ".binding")
+    listener.listen(64)
+    os.rename(path + ".binding", path)  # clients find it once it listens
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forks are reaped as they end
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        while True:
+            connection, _ = listener.accept()
+            if os.fork() == 0:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                listener.close()
+                status = 1
+                try:
+                    status = _run_fork(connection, identity, warning_defaults)
+                except BaseException:  # noqa: BLE001
+                    traceback.print_exc()
+                finally:
+                    for stream in (sys.stdout, sys.stderr):
+                        try:
+                            stream.flush()
+                        except (OSError, ValueError):
+                            pass
+                    try:
+                        connection.sendall(struct.pack("!i", status))
+                    except OSError:
+                        pass
+                    os._exit(status & 0xFF if status != REFUSED else 0)
+            connection.close()
+    finally:
+        listener.close()
+        if os.path.exists(path):
+            os.remove(path)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
+        print("usage: python -m rfa_doc_mt.warm_start SOCKET\n" + __doc__.split("\n\n")[0],
+              file=sys.stdout if sys.argv[1:] in (["-h"], ["--help"]) else sys.stderr)
+        sys.exit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 2)
+    serve(sys.argv[1])
