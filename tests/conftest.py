@@ -25,6 +25,7 @@ at positions nothing reads (padding) are left out by the tests.
 """
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -130,7 +131,9 @@ class Background:
     def __init__(self, command, folder, **options):
         self.command, self.folder = command, folder
         self.stdout, self.stderr = open(folder / "stdout.txt", "w+"), open(folder / "stderr.txt", "w+")
-        self.process = subprocess.Popen(command, stdout=self.stdout, stderr=self.stderr, text=True, **options)
+        # its own process group: stopping it stops the runs it started
+        self.process = subprocess.Popen(command, stdout=self.stdout, stderr=self.stderr, text=True,
+                                        start_new_session=True, **options)
 
     def result(self, timeout) -> subprocess.CompletedProcess:
         self.process.wait(timeout=timeout)
@@ -140,7 +143,7 @@ class Background:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            self.process.kill()
+            os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         self.stdout.close(), self.stderr.close()
 
