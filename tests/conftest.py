@@ -25,7 +25,6 @@ at positions nothing reads (padding) are left out by the tests.
 """
 
 import os
-import signal
 import subprocess
 import sys
 
@@ -115,84 +114,37 @@ def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.float() - b.float()).abs().max().item()
 
 
-SMOKE_FIXTURE = "smoke_all"
-
-
-def pytest_collection_modifyitems(session, config, items):
-    """The tests that read the smoke reproduction last: it runs in the background meanwhile."""
-    readers = [item for item in items if SMOKE_FIXTURE in getattr(item, "fixturenames", ())]
-    items[:] = [item for item in items if item not in readers] + readers
-    config.smoke_readers = len(readers)
-
-
-class Background:
-    """A command started now and waited for later: its output goes to files (no pipe fills)."""
-
-    def __init__(self, command, folder, **options):
-        self.command, self.folder = command, folder
-        self.stdout, self.stderr = open(folder / "stdout.txt", "w+"), open(folder / "stderr.txt", "w+")
-        # its own process group: stopping it stops the runs it started
-        self.process = subprocess.Popen(command, stdout=self.stdout, stderr=self.stderr, text=True,
-                                        start_new_session=True, **options)
-
-    def result(self, timeout) -> subprocess.CompletedProcess:
-        self.process.wait(timeout=timeout)
-        self.stdout.seek(0), self.stderr.seek(0)
-        return subprocess.CompletedProcess(self.command, self.process.returncode, self.stdout.read(),
-                                           self.stderr.read())
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        self.stdout.close(), self.stderr.close()
-
-
 @pytest.fixture(scope="session", autouse=True)
-def session_services(request, tmp_path_factory):
-    """Started with the first test, for the whole session:
-
-    * a warm-start server (rfa_doc_mt/warm_start.py): every ``python -m rfa_doc_mt...`` the tests
-      start, directly or through the scripts, runs in a fork of one process that has imported
-      torch and fairseq, instead of importing them again (3-5 s of CPU each);
-      RFA_DOC_MT_WARM_START=off runs them cold, as a user's shell does;
-    * when a collected test reads it, the smoke reproduction (``smoke_all``), in the background
-      while the other tests run (they come first; see pytest_collection_modifyitems).
-    """
+def warm_start_server(tmp_path_factory):
+    """A warm-start server for the session (rfa_doc_mt/warm_start.py): every ``python -m
+    rfa_doc_mt...`` the tests start, directly or through the scripts, runs in a fork of one process
+    that has imported torch and fairseq, instead of importing them again (3-5 s of CPU each).
+    RFA_DOC_MT_WARM_START=off runs them cold, as a user's shell does."""
+    if os.environ.get("RFA_DOC_MT_WARM_START") == "off":
+        yield None
+        return
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    services = {}
-    server = None
-    if os.environ.get("RFA_DOC_MT_WARM_START") != "off":
-        path = str(tmp_path_factory.mktemp("warm") / "socket")
-        server = subprocess.Popen([sys.executable, "-m", "rfa_doc_mt.warm_start", path], cwd=root,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  env=dict(os.environ, RFA_DOC_MT_WARM_START=""))
-        os.environ["RFA_DOC_MT_WARM_START"] = path  # until it listens, commands start cold
-    smoke = None
-    if getattr(request.config, "smoke_readers", 0):
-        out = tmp_path_factory.mktemp("reproduce")
-        smoke = Background(["bash", os.path.join(root, "scripts", "reproduce_all.sh"), "--smoke", "--out", str(out),
-                            "--jobs", "2"], tmp_path_factory.mktemp("reproduce-log"))
-        services["smoke"] = (out, smoke)
+    path = str(tmp_path_factory.mktemp("warm") / "socket")
+    server = subprocess.Popen([sys.executable, "-m", "rfa_doc_mt.warm_start", path], cwd=root,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=dict(os.environ, RFA_DOC_MT_WARM_START=""))
+    os.environ["RFA_DOC_MT_WARM_START"] = path  # until it listens, commands start cold
     try:
-        yield services
+        yield path
     finally:
-        if smoke is not None:
-            smoke.stop()
-        if server is not None:
-            del os.environ["RFA_DOC_MT_WARM_START"]
-            server.terminate()
-            server.wait(timeout=30)
+        del os.environ["RFA_DOC_MT_WARM_START"]
+        server.terminate()
+        server.wait(timeout=30)
 
 
 @pytest.fixture(scope="session")
-def smoke_all(session_services):
-    """``reproduce_all.sh --smoke``, once for the whole run (started with the session, see
-    session_services): every system of every table trained a few updates on a tiny embedded
-    corpus, decoded and scored (tests/test_reproduce.py checks the tables, tests/test_translate.py
-    translates with its models). Returns (folder, the finished process)."""
-    assert "smoke" in session_services, "the smoke reproduction was not started (no collected test read it)"
-    out, background = session_services["smoke"]
-    done = background.result(timeout=3000)
+def smoke_all(tmp_path_factory):
+    """``reproduce_all.sh --smoke``, once for the whole run: every system of every table trained a
+    few updates on a tiny embedded corpus, decoded and scored (tests/test_reproduce.py checks the
+    tables, tests/test_translate.py translates with its models). Returns (folder, the process)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path_factory.mktemp("reproduce")
+    done = subprocess.run(["bash", os.path.join(root, "scripts", "reproduce_all.sh"), "--smoke", "--out", str(out),
+                           "--jobs", "2"], capture_output=True, text=True, timeout=3000)
     assert done.returncode == 0, done.stderr[-4000:]
     return out, done

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
-def server(session_services):
+def server(warm_start_server):
     path = os.environ.get(warm_start.VARIABLE)
     if not path:
         pytest.skip("the warm-start server is off (RFA_DOC_MT_WARM_START=off)")

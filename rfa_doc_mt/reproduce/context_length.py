@@ -181,6 +181,7 @@ def context_length_plot(systems, json_rows: List[dict], names: Sequence[str], pa
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     from ..bench.common import save_figure
 
@@ -208,6 +209,9 @@ def context_length_plot(systems, json_rows: List[dict], names: Sequence[str], pa
     left.set_ylabel("contrastive accuracy (%)")
     left.legend(fontsize="xx-small", ncol=2)
     right.set_xscale("log")
+    right.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    right.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    right.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     right.set_xlabel("decoding speed (test sentences per second, log scale)")
     right.set_ylabel(f"accuracy at distance {names[-1]} (%)")
     for family, colour in colours.items():
