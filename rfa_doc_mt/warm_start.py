@@ -22,6 +22,7 @@ server's, or when it sets variables that the server's imports have already read
 with no server listening, nothing changes.
 """
 
+import gc
 import importlib.util
 import json
 import os
@@ -176,6 +177,7 @@ def serve(path: str) -> None:
         importlib.import_module(module)
     identity = _identity(os.environ)
     warning_defaults = list(warnings.filters)
+    gc.freeze()  # what is imported now stays: forks neither scan nor copy it when they collect
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.path.exists(path):
         os.remove(path)

@@ -73,9 +73,8 @@ def peak_training_mb(run_dir: str) -> Optional[float]:
 
 
 def decoding_speed(run_dir: str) -> Optional[dict]:
-    """Tokens generated per second decoding the test split, and the test sentences kept per
-    second (a window of L sentences generates all L to keep its last), from fairseq-generate's
-    summary line and the number of hypotheses."""
+    """Tokens and sentences of the kept translations (each window's last sentence) per second of
+    decoding the test split, from fairseq-generate's summary line and the hypotheses written."""
     path = os.path.join(run_dir, "test.generate.err")
     if not os.path.isfile(path):
         return None
@@ -156,10 +155,10 @@ def table_context_length(context) -> Tuple[str, list]:
     context.notes.append(
         "Cost: s / update is 1 / fairseq's mean updates per second over the logged intervals (two runs shared the "
         "machine's two cores, one torch thread each); peak train MB is the training process's peak resident "
-        "memory (model, optimiser, Python and torch included); decode tok/s counts every token the sliding "
-        "windows generate (at L = 15 each window generates 15 sentences to keep its last), decode sent/s the test "
-        "sentences translated per second (beam 4, 64 windows a batch). BLEU: the long-range test split, 12 "
-        "documents (466 sentences), the same for every system.")
+        "memory (model, optimiser, Python and torch included); decode tok/s and sent/s are the tokens and "
+        "sentences of the kept translations per second of fairseq-generate's decoding (beam 4, 64 windows a "
+        "batch): a window of L sentences generates all L to keep its last, so both fall with L. BLEU: the "
+        "long-range test split, 12 documents (466 sentences), the same for every system.")
     context.notes.append("Per phenomenon (accuracy per distance bucket):\n\n" + detail)
     context.plot = context_length_plot(context.systems, json_rows, names, context.png_path)
     context.extra["learned_phenomena"] = learned
