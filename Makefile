@@ -13,15 +13,14 @@ $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON_311) -m venv $(VENV)
 	$(PY) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required, got " + sys.version'
 	$(PIP) install -q --upgrade pip
-	# --no-compile: Python compiles each module when it is first imported (and keeps it) instead of
-	# every file of every package at install time, a third of the time torch takes to install
+	# packages are byte-compiled at install: where PYTHONDONTWRITEBYTECODE is set (as on the CI
+	# machines) nothing compiled later is kept, and every process would compile what it imports
 	# torch first: on a CPU machine 2.13.0 is the local CPU wheel; a CUDA torch already here is kept
-	$(PY) -c 'import torch' 2>/dev/null || $(PIP) install -q --no-compile torch==2.13.0
-	$(PIP) install -q --no-compile -c requirements.txt cython -e '.[bench,test]'
+	$(PY) -c 'import torch' 2>/dev/null || $(PIP) install -q torch==2.13.0
+	$(PIP) install -q -c requirements.txt cython -e '.[bench,test]'
 	# fairseq-fixed last, built against this torch, numpy and cython, without its declared
 	# dependencies (torchaudio would pull a CUDA torch); pyproject.toml lists its real ones
-	$(PY) -c 'import fairseq' 2>/dev/null || \
-	  $(PIP) install -q --no-compile --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
+	$(PY) -c 'import fairseq' 2>/dev/null || $(PIP) install -q --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
 	$(PY) -c 'import fairseq, rfa_doc_mt; print("setup ok: fairseq", fairseq.__version__)'
 	touch $(STAMP)
 
