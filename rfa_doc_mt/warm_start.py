@@ -136,7 +136,7 @@ def _run_fork(connection: socket.socket, identity: dict, warning_defaults: List)
     for target, fd in enumerate(request["fds"]):
         os.dup2(fd, target)
         os.close(fd)
-    if _identity(request["env"]) != identity or request["identity"] != identity:
+    if request["identity"] != identity:
         return REFUSED
     threading.Thread(target=_watch, args=(connection,), daemon=True).start()
     os.chdir(request["cwd"])

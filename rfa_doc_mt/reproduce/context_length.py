@@ -9,10 +9,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..data.io import DataError
 from ..data.synthetic import bucket_name, distance_buckets
+from .papers import LONG_RANGE_CORPUS
 from .tables import fmt, markdown, read_json, updates_cell, updates_json
 
-# the long-range corpus's largest antecedent distance (papers.LONG_RANGE_CORPUS)
-MAX_DISTANCE = 14
+# the long-range corpus's largest antecedent distance
+MAX_DISTANCE = int(LONG_RANGE_CORPUS[LONG_RANGE_CORPUS.index("--max-distance") + 1])
 BUCKETS = distance_buckets(MAX_DISTANCE)  # (1, 1), (2, 3), (4, 7), (8, 14)
 Z95 = 1.959964
 CHANCE = 50.0  # two candidates per example
@@ -85,8 +86,11 @@ def decoding_speed(run_dir: str) -> Optional[dict]:
     last = found[-1]
     seconds = float(last["seconds"])
     tokens = int(last["tokens"].replace(",", ""))
+    sentences = None
     hypotheses = os.path.join(run_dir, "test.hyp")
-    sentences = sum(1 for _ in open(hypotheses, encoding="utf-8")) if os.path.isfile(hypotheses) else None
+    if os.path.isfile(hypotheses):
+        with open(hypotheses, encoding="utf-8") as handle:
+            sentences = sum(1 for _ in handle)
     return {"seconds": seconds, "tokens": tokens, "tokens_per_second": tokens / seconds if seconds else None,
             "sentences_per_second": sentences / seconds if sentences and seconds else None}
 
