@@ -204,6 +204,8 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
     # 1. what to run: every row's system once; Table 1's search on the embedded corpus adds its
     # settings' runs, then their seeds, as it goes
     plan = [(experiment, experiment.rows(args.corpus, args.smoke)) for experiment in experiments]
+    # experiments on one corpus share runs: they validate as often as the one that asks most
+    args.validations = max(experiment.validations for experiment in experiments)
     runs = os.path.join(out, "runs")
     searching = [(experiment, rows) for experiment, rows in plan if experiment.searches and args.corpus == EMBEDDED]
     # a smoke run's extra seed: for the L = 1 rows only, unless --seeds says otherwise
@@ -239,7 +241,7 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
 
     def train_args(system: System) -> List[str]:
         budget = SMOKE_TRAIN_ARGS if args.smoke else \
-            embedded_train_args(system, args.budget) if args.corpus == EMBEDDED else []
+            embedded_train_args(system, args.budget, args.validations) if args.corpus == EMBEDDED else []
         return [*budget, *system.overrides]
 
     systems = share_identical_runs(systems, train_args, runs, evaluate)

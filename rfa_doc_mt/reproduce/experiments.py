@@ -7,6 +7,7 @@ from ..data.io import DataError
 from .context_length import table_context_length
 from .papers import (
     CONTEXT_LENGTH_BUDGET,
+    CONTEXT_LENGTH_VALIDATIONS,
     EMBEDDED,
     FULL_BUDGET,
     LSH_ATTENTIONS,
@@ -146,6 +147,7 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
     Experiment("context_length", "Context beyond four sentences: quality and cost against L on the long-range "
                "corpus", "000", {EMBEDDED: context_length_systems()}, True, table_context_length,
                embedded_data="data-long-range", budget=CONTEXT_LENGTH_BUDGET,
+               validations=CONTEXT_LENGTH_VALIDATIONS,
                # RFA at the longest windows, and the memory model with its own stage 1 on this corpus
                smoke_rows=("rfa_sgate_L15", "memory")),
 ]}
@@ -179,14 +181,15 @@ def systems_to_train(rows) -> List[System]:
 NO_EPOCH_END = 1_000_000
 
 
-def validation_interval(budget: int) -> int:
-    return max(1, budget // VALIDATIONS_PER_RUN)
+def validation_interval(budget: int, validations: int = VALIDATIONS_PER_RUN) -> int:
+    return max(1, budget // validations)
 
 
-def embedded_train_args(system: System, budget: int) -> List[str]:
+def embedded_train_args(system: System, budget: int, validations: int = VALIDATIONS_PER_RUN) -> List[str]:
     """fairseq-train arguments that give a system its share of the budget, validated (and
-    offered as checkpoint_best.pt) at the same updates as every other system."""
-    interval = validation_interval(budget)
+    offered as checkpoint_best.pt) ``validations`` times at the same updates as every other
+    system."""
+    interval = validation_interval(budget, validations)
     # fairseq also validates and saves at every epoch's end (--validate-interval / --save-interval,
     # in epochs, default 1): epochs of windows of L sentences differ in length between systems, so
     # that would offer each system other checkpoints to pick from. Epoch ends are switched off.
@@ -209,7 +212,8 @@ def budget_note(args, results: dict) -> str:
     return (f"Every system trained {args.budget} updates of up to 4096 tokens (a fine-tuned memory model: "
             f"{MEMORY_STAGE1.updates(args.budget)} sentence-level + {int(round(args.budget * MEMORY_FINETUNE_SHARE))} "
             f"fine-tuning, of up to 1400 tokens a sentence step, about 4k tokens an update), validated every "
-            f"{validation_interval(args.budget)} updates; each row's model is its checkpoint with the lowest "
+            f"{validation_interval(args.budget, getattr(args, 'validations', VALIDATIONS_PER_RUN))} updates; "
+            f"each row's model is its checkpoint with the lowest "
             f"validation loss.{short} Learning curves: the PNG beside this table.")
 
 
