@@ -4,6 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done
+# make test runs the suite in this many processes (pytest-xdist; tests/conftest.py says how)
+TEST_WORKERS ?= 2
 
 .PHONY: setup demo test clean
 
@@ -29,7 +31,7 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/ruff check -q rfa_doc_mt tests
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 clean:
 	rm -rf $(VENV) work

@@ -114,6 +114,23 @@ def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.float() - b.float()).abs().max().item()
 
 
+# ``make test`` runs the suite in two processes (pytest-xdist, ``-n 2 --dist loadfile
+# --no-loadscope-reorder``), each with one torch thread, and so do the commands its tests start:
+# two processes at two threads each on two cores only spin-wait.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist's ``--dist loadfile`` each test file runs in one process, which builds
+    its module fixtures once. The file whose tests read the smoke reproduction
+    (:func:`smoke_all`, the longest fixture; they all live in tests/test_reproduce.py) goes
+    first, so that it starts at once; ``--no-loadscope-reorder`` keeps this order."""
+    smoke_files = {item.nodeid.split("::")[0] for item in items if "smoke_all" in getattr(item, "fixturenames", ())}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in smoke_files)  # stable: the rest as collected
+
+
 @pytest.fixture(scope="session", autouse=True)
 def warm_start_server(tmp_path_factory):
     """A warm-start server for the session (rfa_doc_mt/warm_start.py): every ``python -m

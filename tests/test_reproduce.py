@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from rfa_doc_mt.data.io import DataError
+from rfa_doc_mt.data.io import DataError, read_docs, read_lines
 from rfa_doc_mt.reproduce import (
     EMBEDDED,
     EXPERIMENTS,
@@ -319,6 +319,25 @@ def test_every_embedded_system_gets_the_same_budget_and_the_memory_stages_share_
         assert totals == {budget}
 
 
+def test_every_run_validates_at_least_once_at_its_experiments_interval():
+    """Each experiment validates its runs ``experiment.validations`` times at the same updates; a
+    run shorter than the interval (the memory model's fine-tuning, a quarter of the budget) would
+    never validate and have no checkpoint_best.pt. The context-length experiment draws no
+    learning curves and validates less often than the others."""
+    from rfa_doc_mt.reproduce.papers import VALIDATIONS_PER_RUN
+
+    assert EXPERIMENTS["context_length"].validations < VALIDATIONS_PER_RUN
+    for experiment in EXPERIMENTS.values():
+        for budget in {experiment.budget, FULL_BUDGET, 300}:
+            intervals = set()
+            for system in systems_to_train(experiment.systems(EMBEDDED)):
+                args = embedded_train_args(system, budget, experiment.validations)
+                interval = int(args[args.index("--validate-interval-updates") + 1])
+                assert interval <= int(args[args.index("--max-update") + 1]), (experiment.name, system.key, budget)
+                intervals.add(interval)
+            assert len(intervals) <= 1 and (not intervals or intervals == {budget // experiment.validations})
+
+
 def test_each_system_is_evaluated_for_what_its_tables_show():
     """Figure 3 shows consistency: a system only it shows is not decoded; the memory model's stage 1,
     which no table shows, is trained only; Table 1's systems are left to its search."""
@@ -441,3 +460,41 @@ def test_embedded_configs_keep_the_papers_settings():
             if family == "lsh":
                 assert option(words, "--lsh-hash-classes") == str(window + window % 2)
                 assert option(words, "--lsh-rounds") == "4"
+
+
+# ----------------------------------------------------------------------------------------
+# Every family: translate.sh on the raw test text gives decode.sh's hypotheses (with the smoke
+# reproduction's models, so here, in the file that reads them)
+
+
+FAMILY_RUNS = {"transformer": "transformer_L4", "RFA-sgate": "rfa_sgate_L4", "long-short masking": "lstm_L",
+               "LSH": "lsh_L4", "recurrent memory": "memory_L1"}
+
+
+def decoded_run(runs, name):
+    """The run directory of the smoke reproduction's demo system ``name`` (or, for a prefix, the
+    first such run) that was decoded by scripts/decode.sh."""
+    found = sorted(path for path in runs.glob(f"demo-{name}*") if (path / "test.decode.json").is_file())
+    exact = [path for path in found if path.name == f"demo-{name}"]
+    assert found, f"no decoded run demo-{name}* in {runs}"
+    return (exact or found)[0]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_RUNS))
+def test_every_family_translates_raw_text_as_decode_sh(smoke_all, family, one_thread):
+    """The smoke reproduction's tiny model of each family, decoded there by scripts/decode.sh
+    (run_system.sh: beam 4, 64 windows a batch, 1.2 x source + 10): translating the raw test
+    documents of its corpus gives the same lines."""
+    from rfa_doc_mt.data.text import TextDocument
+    from rfa_doc_mt.generation.translate import Translator
+
+    out, _ = smoke_all
+    run_dir, data = decoded_run(out / "runs", FAMILY_RUNS[family]), out / "data"
+    sentences = read_lines(str(data / "raw" / "test.src"))
+    documents, start = [], 0
+    for document in read_docs(str(data / "test.docs"), num_sentences=len(sentences)):
+        documents.append(TextDocument(document.name, sentences[start:start + document.num_sentences]))
+        start += document.num_sentences
+    translator = Translator(str(run_dir / "checkpoint_best.pt"), str(data), cpu=True)
+    translated = [line for document in translator.translate(documents) for line in document]
+    assert translated == read_lines(str(run_dir / "test.hyp"))
