@@ -24,7 +24,8 @@ TABLE1_BUDGET = 600
 # The context-length experiment alone (scripts/reproduce_context_length.sh): 18 runs on the
 # long-range corpus, whose evaluation at L = 15 (6400 contrastive examples of 15 sentences, test
 # windows that generate 15 sentences each) costs minutes a run: 500 updates each, validated 4
-# times (CONTEXT_LENGTH_VALIDATIONS), fit its 150 minutes on two cores; 600 with 16 would not.
+# times (CONTEXT_LENGTH_VALIDATIONS), took 78 minutes on two cores (docs/reproduction.md), within
+# its 150.
 CONTEXT_LENGTH_BUDGET = 500
 # The memory model (paper 004) is fine-tuned from a sentence-level transformer: stage 1 gets
 # 3/4 of the budget, the fine-tuning 1/4, so that both stages together match the other systems.
@@ -32,8 +33,8 @@ MEMORY_FINETUNE_SHARE = 0.25
 # Validations per run, at the same updates for every system: learning curves, and checkpoint
 # selection (checkpoint_best.pt) among the same points.
 VALIDATIONS_PER_RUN = 16
-# the context-length experiment draws no learning curves; a validation at L = 15 costs
-# about as much as 10 updates
+# the context-length experiment draws no learning curves; a validation at L = 15 costs as much
+# as several updates
 CONTEXT_LENGTH_VALIDATIONS = 4
 # --smoke: a tiny corpus and a few updates, to test the machinery end to end. Its models, 3
 # updates from random, translate every window to the length limit: the valid and test splits
