@@ -128,6 +128,8 @@ def pytest_collection_modifyitems(config, items):
     (:func:`smoke_all`, the longest fixture; they all live in tests/test_reproduce.py) goes
     first, so that it starts at once; ``--no-loadscope-reorder`` keeps this order."""
     smoke_files = {item.nodeid.split("::")[0] for item in items if "smoke_all" in getattr(item, "fixturenames", ())}
+    # in two files they could land in two processes, each running the smoke reproduction
+    assert len(smoke_files) <= 1, f"the tests that read smoke_all must live in one file, not {sorted(smoke_files)}"
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in smoke_files)  # stable: the rest as collected
 
 
