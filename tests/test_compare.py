@@ -100,6 +100,48 @@ def test_consistency_bootstrap_on_examples():
         compare.consistency_comparison(baseline, system[:-1])
 
 
+def test_consistency_bootstrap_resamples_mirrored_pairs_together():
+    """Two sentence-level models on 100 mirrored pairs: each gets exactly one example of every pair
+    right, the baseline the first, the other the second. Pair by pair they do not differ, so no
+    resample of pairs can show a difference; resampling the examples one by one would."""
+    baseline = [1, 0] * 100
+    system = [0, 1] * 100
+    pairs = [k // 2 for k in range(200)]
+    by_pair = compare.consistency_comparison(baseline, system, groups=pairs)
+    assert by_pair.difference == 0.0 and by_pair.interval == (0.0, 0.0) and by_pair.p_value == 1.0
+    assert by_pair.units == 100 and "pairs" in by_pair.unit_name
+    by_example = compare.consistency_comparison(baseline, system)
+    assert by_example.units == 200 and by_example.interval[0] < 0 < by_example.interval[1]
+    # a real difference survives: the system also gets both examples of the first 30 pairs right
+    better = [1] * 60 + system[60:]
+    result = compare.consistency_comparison(baseline, better, groups=pairs)
+    assert result.difference == pytest.approx(15.0) and result.interval[0] > 0
+    with pytest.raises(DataError, match="group labels"):
+        compare.consistency_comparison(baseline, system, groups=pairs[:-1])
+    with pytest.raises(DataError, match="seed 0"):
+        compare.consistency_comparison(baseline, system, seed=0)
+
+
+def test_synthetic_pairs_are_grouped_from_the_sets_to_the_comparison():
+    from rfa_doc_mt.data.synthetic import generate_contrastive_sets
+
+    sets = generate_contrastive_sets(seed=1, num_pairs=6)
+    for examples in sets.values():
+        assert [e["group"] for e in examples] == [k // 2 for k in range(12)]
+        for first, second in zip(examples[::2], examples[1::2]):  # the same current candidates, the other true
+            current = [[candidate.split(" _eos ")[-1] for candidate in e["dst"]] for e in (first, second)]
+            assert current[0] == current[1] and first["true_ind"] != second["true_ind"]
+    examples = sets["deixis"]
+    report = accuracy_report(examples, [[0.1, 0.9]] * len(examples))  # always the first: one of each pair
+    assert report["groups"] == [k // 2 for k in range(12)] and report["accuracy"] == 50.0
+    other = {"deixis": report, "pooled": {}}
+    assert compare.consistency_groups(other) == {"deixis": report["groups"]}
+    assert compare.pooled_groups({"b": [0, 0], "a": [0]}) == ["a:0", "b:0", "b:0"]
+    ungrouped = accuracy_report([{k: v for k, v in e.items() if k != "group"} for e in examples],
+                                [[0.1, 0.9]] * len(examples))
+    assert "groups" not in ungrouped and compare.consistency_groups({"deixis": ungrouped}) is None
+
+
 def test_consistency_reports_carry_their_outcomes_and_are_paired_by_phenomenon():
     examples = [{"src": "a", "dst": ["x", "y"], "true_ind": k % 2, "ctx_dist": 1} for k in range(4)]
     report = accuracy_report(examples, [[0.1, 0.9]] * 4)  # always picks the first: right on even k

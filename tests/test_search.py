@@ -173,6 +173,7 @@ class FakeContext:
     def __init__(self, systems, results, seeds, search, runs):
         self.systems, self.results, self.seeds, self.search, self.runs = systems, results, seeds, search, runs
         self.notes, self.extra, self.bench = [], {}, None
+        self.converged = False
 
 
 def fake_run(run_dir, hypotheses, references, s_bleu, correct):

@@ -357,7 +357,7 @@ def test_contrastive_examples_are_well_formed(corpus, phenomenon):
     assert len(examples) == 2 * NUM_PAIRS == summary["contrastive_examples"][phenomenon]
     train_sentences = set(read_lines(os.path.join(out_dir, "train.src")))
     for example in examples:
-        assert set(example) == {"src", "dst", "true_ind", "ctx_dist"}
+        assert set(example) == {"src", "dst", "true_ind", "ctx_dist", "group"}
         source = example["src"].split(SEPARATOR)
         candidates = [d.split(SEPARATOR) for d in example["dst"]]
         assert len(source) == 4 and all(len(c) == 4 for c in candidates)

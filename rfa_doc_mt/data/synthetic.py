@@ -39,7 +39,9 @@ checkpoint selection, drawn from another random stream) follow Voita et al.'s JS
 current one joined by ``" _eos "``). Examples ``2k`` and ``2k+1`` form a mirrored pair: the same current
 source sentence and the same candidate list, with the context changed so that the other
 candidate is true. A model that only reads the current sentence therefore gets exactly one
-example of each pair right.
+example of each pair right. Both examples of a pair carry its number as ``group`` (an addition to
+Voita et al.'s format): their outcomes are not independent, and the significance tests resample
+pairs, not examples (scoring/compare.py).
 """
 
 import argparse
@@ -634,7 +636,8 @@ def generate_contrastive_sets(seed: int, num_pairs: int, max_documents: int = 1_
     sets = {}
     for phenomenon, phenomenon_pairs in pairs.items():
         choice_rng.shuffle(phenomenon_pairs)  # mix distances, keep each pair adjacent
-        sets[phenomenon] = [example for pair in phenomenon_pairs for example in pair]
+        sets[phenomenon] = [{**example, "group": number} for number, pair in enumerate(phenomenon_pairs)
+                            for example in pair]
     return sets
 
 

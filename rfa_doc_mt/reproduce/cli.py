@@ -12,13 +12,17 @@ from typing import Dict, List, Optional, Tuple
 from ..bench.common import commit_info, machine_info, write_json
 from ..data.io import DataError, atomic_write
 from . import __doc__ as PACKAGE_DOC
+from .convergence import run_convergence, stopping_rules_note
 from .experiments import EXPERIMENTS, budget_note, embedded_train_args, print_list, systems_to_train
 from .papers import (
     CONTEXT_LENGTH_BUDGET,
+    DEFAULT_CONVERGENCE,
     DEFAULT_SEEDS,
     EMBEDDED,
     FULL_BUDGET,
     ROOT,
+    SMOKE_BATCH_ARGS,
+    SMOKE_CONVERGENCE,
     SMOKE_SEEDS,
     SMOKE_TRAIN_ARGS,
     TABLE1_BUDGET,
@@ -35,8 +39,8 @@ from .running import (
     run_systems,
     speed_corpus,
 )
-from .search import FULL_PLAN, SMOKE_PLAN, SMOKE_SEEDED_ROWS, Table1Search
-from .tables import curves_plot, system_results
+from .search import CHOSEN_PLAN, FULL_PLAN, SMOKE_PLAN, SMOKE_SEEDED_ROWS, Table1Search
+from .tables import bleu_curves_plot, curves_plot, system_results
 
 
 class Context:
@@ -53,6 +57,7 @@ class Context:
         self.plot: Optional[str] = None
         self.curves: Optional[str] = None
         self.extra: dict = {}  # more top-level entries of the JSON
+        self.converged = False  # under the convergence budget: each result has its "convergence"
 
 
 def write_outputs(experiment: Experiment, out: str, corpus: str, context: Context, table: str, rows: list,
@@ -77,6 +82,8 @@ def write_outputs(experiment: Experiment, out: str, corpus: str, context: Contex
                 "corpus": corpus, "command": command, "machine": machine, "commit": commit_info(),
                 "rows": rows, "notes": notes, "plot": context.plot, "curves_plot": context.curves,
                 "curves": {system.key: context.results[system.key]["curve"] for _, system in context.systems},
+                "valid_bleu_curves": {key: result["convergence"]["curve"] for key, result in context.results.items()
+                                      if result.get("convergence")},
                 "stage1_curves": {system.starts_from: context.results[system.key]["stage1_curve"]
                                   for _, system in context.systems if system.starts_from}, **context.extra},
                os.path.join(out, f"{experiment.name}.json"))
@@ -133,6 +140,17 @@ def full_budget(experiment: str) -> int:
     return FULL_BUDGET if experiment == "all" else EXPERIMENTS[experiment].budget
 
 
+def group_convergence(args, experiments: List[Experiment]):
+    """The convergence budget of experiments that share a corpus (and so their runs): the first
+    one's that has its own (else the default), with the command line's changes; a smoke run's own."""
+    if args.smoke:
+        return SMOKE_CONVERGENCE
+    convergence = next((e.convergence for e in experiments if e.convergence is not None), DEFAULT_CONVERGENCE)
+    changes = {name: value for name, value in (("interval", args.validate_every), ("patience", args.patience),
+                                               ("cap", args.cap)) if value is not None}
+    return replace(convergence, **changes)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=PACKAGE_DOC.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=PACKAGE_DOC)
@@ -149,6 +167,16 @@ def main(argv=None) -> int:
                              f"rfa_table1 alone: {TABLE1_BUDGET}, for its 25 runs; context_length alone: "
                              f"{CONTEXT_LENGTH_BUDGET}; fewer make a shorter run whose "
                              "tables say so)")
+    parser.add_argument("--converge", action="store_true",
+                        help="embedded corpus: train every run until its validation s-BLEU stops improving (the "
+                             "convergence budget: validated every --validate-every updates, stopped after --patience "
+                             "validations without a higher score or at --cap updates; each experiment's defaults "
+                             "in --list), instead of a fixed number of updates; Table 1 trains the settings its "
+                             "search chose, the context-length experiment L = 4 and 15 and the memory model")
+    parser.add_argument("--validate-every", type=int, help="with --converge: updates between validations")
+    parser.add_argument("--patience", type=int,
+                        help="with --converge: validations without a higher validation s-BLEU before a run stops")
+    parser.add_argument("--cap", type=int, help="with --converge: the most updates a run trains")
     parser.add_argument("--seeds", type=int,
                         help=f"Table 1 (rfa_table1) on the embedded corpus: seeds each system's chosen setting "
                              f"trains with, seed 1 being its search run (default {DEFAULT_SEEDS}; with --smoke "
@@ -162,8 +190,15 @@ def main(argv=None) -> int:
     if args.seeds is not None and args.seeds < 1:
         parser.error("--seeds must be at least 1")
     seeds = args.seeds if args.seeds is not None else SMOKE_SEEDS if args.smoke else DEFAULT_SEEDS
+    for name in ("validate_every", "patience", "cap"):
+        value = getattr(args, name)
+        if value is not None and (value < 1 or not args.converge):
+            parser.error(f"--{name.replace('_', '-')} goes with --converge and must be at least 1")
+    if args.converge and args.budget is not None:
+        parser.error("--budget and --converge are two budgets: give one")
     if args.list:
-        print_list(args.budget, seeds, SMOKE_PLAN if args.smoke else FULL_PLAN)
+        print_list(args.budget, seeds, CHOSEN_PLAN if args.converge else SMOKE_PLAN if args.smoke else FULL_PLAN,
+                   converge=args.converge)
         return 0
     if args.experiment not in list(EXPERIMENTS) + ["all"]:
         parser.error(f"experiment must be one of {', '.join(list(EXPERIMENTS) + ['all'])}, got {args.experiment!r}")
@@ -181,6 +216,8 @@ def main(argv=None) -> int:
         parser.error(f"--corpus {args.corpus} needs --data DIR (a corpus prepared by scripts/prepare_*.sh)")
     if args.corpus == EMBEDDED and args.data:
         parser.error("--data goes with a real --corpus; the embedded corpus is generated into OUT/data")
+    if args.converge and args.corpus != EMBEDDED:
+        parser.error("--converge goes with the embedded corpus (the paper configs stop early on their own)")
     out = os.path.abspath(args.out)
     command = "scripts/" + ("reproduce_all.sh" if args.experiment == "all" else f"reproduce_{args.experiment}.sh") \
         + "".join(f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:])[1:])
@@ -203,15 +240,16 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
     generated OUT/``data_name``)."""
     # 1. what to run: every row's system once; Table 1's search on the embedded corpus adds its
     # settings' runs, then their seeds, as it goes
-    plan = [(experiment, experiment.rows(args.corpus, args.smoke)) for experiment in experiments]
+    plan = [(experiment, experiment.rows(args.corpus, args.smoke, args.converge)) for experiment in experiments]
     # experiments on one corpus share runs: they validate as often as the one that asks most
     args.validations = max(experiment.validations for experiment in experiments)
+    args.convergence = group_convergence(args, experiments) if args.converge else None
     runs = os.path.join(out, "runs")
     searching = [(experiment, rows) for experiment, rows in plan if experiment.searches and args.corpus == EMBEDDED]
     # a smoke run's extra seed: for the L = 1 rows only, unless --seeds says otherwise
     seeded_rows = SMOKE_SEEDED_ROWS if args.smoke and args.seeds is None else None
-    search = Table1Search(searching[0][1], SMOKE_PLAN if args.smoke else FULL_PLAN, seeds, runs, seeded_rows) \
-        if searching else None
+    search_plan = CHOSEN_PLAN if args.converge else SMOKE_PLAN if args.smoke else FULL_PLAN
+    search = Table1Search(searching[0][1], search_plan, seeds, runs, seeded_rows) if searching else None
     systems, evaluate = static_requests(plan, searched=search is not None)
 
     # 2. check everything before any long work (the configs where anything is left to train)
@@ -228,7 +266,7 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
     if problems:
         raise DataError("cannot start:\n  " + "\n  ".join(problems))
     if data is None:
-        data = prepare_embedded(out, args.smoke, data_name)
+        data = prepare_embedded(out, args.smoke, data_name, converged=args.converge)
         problems = data_problems(data, any(e.needs_consistency for e in experiments))
         if problems:
             raise DataError("the embedded corpus is incomplete (delete it to regenerate):\n  " + "\n  ".join(problems))
@@ -240,15 +278,23 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
         return 0 if first else 2 if system.starts_from else 1
 
     def train_args(system: System) -> List[str]:
-        budget = SMOKE_TRAIN_ARGS if args.smoke else \
-            embedded_train_args(system, args.budget, args.validations) if args.corpus == EMBEDDED else []
+        if args.corpus != EMBEDDED:
+            budget = []
+        elif args.convergence is not None:  # a smoke run: its batches, the smoke convergence budget
+            budget = embedded_train_args(system, args.budget, convergence=args.convergence)
+            if args.smoke:
+                budget += SMOKE_BATCH_ARGS
+        else:
+            budget = SMOKE_TRAIN_ARGS if args.smoke else embedded_train_args(system, args.budget, args.validations)
         return [*budget, *system.overrides]
 
     systems = share_identical_runs(systems, train_args, runs, evaluate)
     if systems or search:
         log(f"{len(systems)} systems" + (" and Table 1's search" if search else "") + f" -> {runs} "
             f"({args.jobs} at a time" + (f"; {args.budget} updates each" if args.corpus == EMBEDDED and not args.smoke
-                                         else "") + ")")
+                                         and not args.converge else "") + ")")
+        if args.convergence is not None:
+            log(f"convergence budget: every run {args.convergence.describe()}")
         run_systems([(system, tuple(sorted(evaluate[system.key]))) for system in systems], data, runs, args.jobs,
                     train_args, more=search.requests if search else None, priority=priority)
     if search and not search.done():
@@ -271,13 +317,33 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
                                                   for _, system in seeded]
         results = {system.key: system_results(os.path.join(runs, system.key), os.path.join(
             runs, system.starts_from) if system.starts_from else None) for system in every}
+        if args.convergence is not None:
+            for system in every:
+                results[system.key]["convergence"] = run_convergence(os.path.join(runs, system.key), system,
+                                                                     args.convergence)
+                if system.starts_from:
+                    stage1 = replace(system, share=1 - system.share, starts_from=None, name=system.starts_from)
+                    results[system.key]["stage1_convergence"] = run_convergence(
+                        os.path.join(runs, system.starts_from), stage1, args.convergence)
         context = Context(rows, results, bench, os.path.join(out, f"{experiment.name}.png"), seed_systems,
                           search if experiment.searches else None, runs)
+        context.converged = args.convergence is not None
         table, json_rows = experiment.table(context)
-        if rows:
+        if rows and args.convergence is not None:
+            context.curves = bleu_curves_plot(rows, seed_systems, results,
+                                              os.path.join(out, f"{experiment.name}_curves.png"),
+                                              f"{experiment.title}: validation s-BLEU")
+        elif rows:
             context.curves = curves_plot(rows, results, os.path.join(out, f"{experiment.name}_curves.png"),
                                          f"{experiment.title}: validation loss")
+        if rows:
             context.notes.append(budget_note(args, results))
+        if args.convergence is not None and not args.smoke:
+            curves = {key: result["convergence"]["curve"] for key, result in results.items()
+                      if result.get("convergence")}
+            note, rules = stopping_rules_note(curves, args.convergence)
+            context.notes.append(note)
+            context.extra["stopping_rules"] = rules
         signature = next((r["bleu_signature"] for r in results.values() if r["bleu_signature"]), None)
         text = write_outputs(experiment, out, args.corpus, context, table, json_rows, command, signature)
         print(text, flush=True)

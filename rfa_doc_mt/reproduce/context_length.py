@@ -9,8 +9,17 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..data.io import DataError
 from ..data.synthetic import bucket_name, distance_buckets
-from .papers import LONG_RANGE_CORPUS
-from .tables import fmt, markdown, read_json, updates_cell, updates_json
+from .papers import LONG_RANGE_CORPUS, row_seed
+from .tables import (
+    CONVERGENCE_HEADER,
+    convergence_cells,
+    convergence_json,
+    fmt,
+    markdown,
+    read_json,
+    updates_cell,
+    updates_json,
+)
 
 # the long-range corpus's largest antecedent distance
 MAX_DISTANCE = int(LONG_RANGE_CORPUS[LONG_RANGE_CORPUS.index("--max-distance") + 1])
@@ -123,7 +132,8 @@ def table_context_length(context) -> Tuple[str, list]:
     for row_id, system in context.systems:
         result = context.results[system.key]
         run_dir = os.path.join(context.runs, system.key)
-        window = row_id.rsplit("_L", 1)[1] if "_L" in row_id else "document"
+        base_row, seed = row_seed(row_id)
+        window = base_row.rsplit("_L", 1)[1] if "_L" in base_row else "document"
         pooled = {bucket_name(b): bucket_accuracy(result["consistency"], learned, b) if learned else None
                   for b in BUCKETS}
         per_phenomenon = {p: {bucket_name(b): bucket_accuracy(result["consistency"], [p], b) for b in BUCKETS}
@@ -131,21 +141,25 @@ def table_context_length(context) -> Tuple[str, list]:
         speed = decoding_speed(run_dir)
         cost = {"seconds_per_update": seconds_per_update(run_dir), "peak_training_mb": peak_training_mb(run_dir),
                 "decoding": speed}
-        rows.append([system.label.rsplit(" L=", 1)[0], window, updates_cell(result), fmt(result["s_bleu"]),
+        trained = convergence_cells([result.get("convergence")]) if context.converged else [updates_cell(result)]
+        rows.append([system.label.rsplit(" L=", 1)[0], window, str(seed), *trained, fmt(result["s_bleu"]),
                      fmt(result["d_bleu"])] + [fmt_accuracy(pooled[n]) for n in names]
                     + [fmt(cost["seconds_per_update"], 2), fmt(cost["peak_training_mb"], 0),
                        fmt(speed["tokens_per_second"] if speed else None, 0),
                        fmt(speed["sentences_per_second"] if speed else None, 1)])
-        detail_rows.append([system.label.rsplit(" L=", 1)[0], window] + [
+        detail_rows.append([system.label.rsplit(" L=", 1)[0], window, str(seed)] + [
             " / ".join(fmt(per_phenomenon[p][n]["accuracy"] if per_phenomenon[p][n] else None, 0) for n in names)
             for p in phenomena])
-        json_rows.append({"row": row_id, "system": system.label, "config": system.config, "L": window,
+        if context.converged:
+            cost["convergence"] = convergence_json([result.get("convergence")])
+        json_rows.append({"row": row_id, "system": system.label, "config": system.config, "L": window, "seed": seed,
                           "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"], **updates_json(result),
                           "accuracy_by_distance": pooled, "accuracy_by_phenomenon": per_phenomenon, **cost})
     bucket_headers = [f"acc. {n}" for n in names]
-    table = markdown(["system", "L", "updates", "s-BLEU", "d-BLEU"] + bucket_headers
+    trained_header = CONVERGENCE_HEADER if context.converged else ["updates"]
+    table = markdown(["system", "L", "seed", *trained_header, "s-BLEU", "d-BLEU"] + bucket_headers
                      + ["s / update", "peak train MB", "decode tok/s", "decode sent/s"], rows)
-    detail = markdown(["system", "L"] + [f"{p} ({' / '.join(names)})" for p in phenomena], detail_rows)
+    detail = markdown(["system", "L", "seed"] + [f"{p} ({' / '.join(names)})" for p in phenomena], detail_rows)
     examples = {n: (pooled_examples(context.results[keys[0]]["consistency"], learned, b)) for n, b in
                 zip(names, BUCKETS)}
     context.notes.append(
@@ -196,7 +210,8 @@ def context_length_plot(systems, json_rows: List[dict], names: Sequence[str], pa
         colour = colours.setdefault(family, f"C{len(colours)}")
         values = [row["accuracy_by_distance"][n]["accuracy"] if row["accuracy_by_distance"][n] else float("nan")
                   for n in names]
-        label = family if row["L"] == "document" else f"{family} L={row['L']}"
+        label = (family if row["L"] == "document" else f"{family} L={row['L']}") + \
+            (f" seed {row['seed']}" if row.get("seed", 1) > 1 else "")
         left.plot(range(len(names)), values, styles.get(row["L"], "-"), color=colour, marker="o", markersize=3,
                   label=label)
         far = row["accuracy_by_distance"][names[-1]]

@@ -5,9 +5,12 @@ from typing import Dict, List, Optional, Tuple
 
 from ..data.io import DataError
 from .context_length import table_context_length
+from .convergence import NO_EPOCH_END, convergence_train_args
 from .papers import (
     CONTEXT_LENGTH_BUDGET,
+    CONTEXT_LENGTH_CONVERGENCE,
     CONTEXT_LENGTH_VALIDATIONS,
+    DEFAULT_CONVERGENCE,
     EMBEDDED,
     FULL_BUDGET,
     LSH_ATTENTIONS,
@@ -15,6 +18,7 @@ from .papers import (
     MEMORY_STAGE1,
     PAPER_RFA_TABLE1,
     TABLE1_BUDGET,
+    TABLE1_CONVERGENCE,
     VALIDATIONS_PER_RUN,
     Experiment,
     System,
@@ -126,7 +130,7 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
     Experiment("rfa_table1", "Paper 000, Table 1: BLEU at L = 1 and L = 4", "000",
                {EMBEDDED: rfa_table1_systems(None), "iwslt15": rfa_table1_systems("iwslt"),
                 "opensub-bleu": rfa_table1_systems("opensub_bleu")}, False, table_rfa_table1, searches=True,
-               budget=TABLE1_BUDGET),
+               budget=TABLE1_BUDGET, convergence=TABLE1_CONVERGENCE),
     Experiment("rfa_figure3", "Paper 000, Figure 3: contrastive consistency per phenomenon, L = 1..4", "000",
                {EMBEDDED: rfa_figure3_systems(None), "opensub-consistency": rfa_figure3_systems("opensub_consistency")},
                True, table_rfa_figure3, evaluates=("consistency",),
@@ -149,7 +153,11 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                embedded_data="data-long-range", budget=CONTEXT_LENGTH_BUDGET,
                validations=CONTEXT_LENGTH_VALIDATIONS,
                # RFA at the longest windows, and the memory model with its own stage 1 on this corpus
-               smoke_rows=("rfa_sgate_L15", "memory")),
+               smoke_rows=("rfa_sgate_L15", "memory"),
+               # at convergence: each family at L = 4 and 15 and the memory model, a second seed at L = 15
+               convergence=CONTEXT_LENGTH_CONVERGENCE,
+               converged_rows=tuple(f"{family}_L{window}" for family in CONTEXT_FAMILIES for window in (4, 15))
+               + ("memory",), converged_seeds={f"{family}_L15": 2 for family in CONTEXT_FAMILIES}),
 ]}
 for _experiment in EXPERIMENTS.values():
     _experiment.script = f"scripts/reproduce_{_experiment.name}.sh"
@@ -177,22 +185,20 @@ def systems_to_train(rows) -> List[System]:
     return systems
 
 
-# an epoch interval no run reaches: validations and saves at the update intervals only
-NO_EPOCH_END = 1_000_000
-
-
 def validation_interval(budget: int, validations: int = VALIDATIONS_PER_RUN) -> int:
     return max(1, budget // validations)
 
 
-def embedded_train_args(system: System, budget: int, validations: int = VALIDATIONS_PER_RUN) -> List[str]:
+def embedded_train_args(system: System, budget: int, validations: int = VALIDATIONS_PER_RUN,
+                        convergence=None) -> List[str]:
     """fairseq-train arguments that give a system its share of the budget, validated (and
     offered as checkpoint_best.pt) ``validations`` times at the same updates as every other
-    system."""
+    system; with ``convergence`` (a :class:`.papers.Convergence`), those of the convergence
+    budget instead (:func:`.convergence.convergence_train_args`)."""
+    if convergence is not None:
+        return convergence_train_args(system, convergence)
     interval = validation_interval(budget, validations)
-    # fairseq also validates and saves at every epoch's end (--validate-interval / --save-interval,
-    # in epochs, default 1): epochs of windows of L sentences differ in length between systems, so
-    # that would offer each system other checkpoints to pick from. Epoch ends are switched off.
+    # fairseq also validates and saves at every epoch's end: switched off (convergence.NO_EPOCH_END)
     never = str(NO_EPOCH_END)
     return ["--max-update", str(system.updates(budget)), "--validate-interval-updates", str(interval),
             "--save-interval-updates", str(interval), "--keep-interval-updates", "1",
@@ -200,6 +206,15 @@ def embedded_train_args(system: System, budget: int, validations: int = VALIDATI
 
 
 def budget_note(args, results: dict) -> str:
+    convergence = getattr(args, "convergence", None)
+    if convergence is not None and args.corpus == EMBEDDED:
+        smoke = " (a smoke run: its tiny corpus and caps test the machinery only)" if args.smoke else ""
+        return (f"Convergence budget{smoke}: every run {convergence.describe()} (a fine-tuned memory model: "
+                f"{MEMORY_STAGE1.updates(convergence.cap)} sentence-level + "
+                f"{int(round(convergence.cap * MEMORY_FINETUNE_SHARE))} fine-tuning at most, each stage stopping on "
+                "its own); updates of up to 4096 tokens. The table's updates are those of the checkpoint kept; "
+                "'cap' marks a run stopped by the cap, still improving. Learning curves (validation s-BLEU, mean "
+                "and range over seeds): the PNG beside this table.")
     if args.smoke:
         return ("Smoke run: 3 updates per system, a tiny corpus, the rows that exercise distinct code; the numbers "
                 "test the machinery only.")
@@ -217,7 +232,7 @@ def budget_note(args, results: dict) -> str:
             f"validation loss.{short} Learning curves: the PNG beside this table.")
 
 
-def print_list(budget: Optional[int], seeds: int, plan=None) -> None:
+def print_list(budget: Optional[int], seeds: int, plan=None, converge: bool = False) -> None:
     """Every experiment, corpus and system with its config and its number of updates (``budget``,
     else each experiment's own); for Table 1 on the embedded corpus, the settings its search
     tries and the seeds it trains."""
@@ -226,11 +241,24 @@ def print_list(budget: Optional[int], seeds: int, plan=None) -> None:
     for experiment in EXPERIMENTS.values():
         print(f"{experiment.name}: {experiment.title}  [{experiment.script}]")
         updates_each = budget or experiment.budget
+        convergence = experiment.convergence or DEFAULT_CONVERGENCE
         for corpus, rows in experiment.corpora.items():
             if not rows:
                 print(f"  --corpus {corpus}: benchmark only")
                 continue
             print(f"  --corpus {corpus}:")
+            if corpus == EMBEDDED and converge:
+                print(f"    --converge: every run {convergence.describe()}")
+                rows = experiment.rows(corpus, converged=True)
+                if experiment.searches:
+                    for line in describe_search(rows, plan, seeds, convergence.cap)[1:]:
+                        print(f"    {line}")
+                    continue
+                for system in systems_to_train(rows):
+                    start = f", fine-tuned from {system.starts_from}" if system.starts_from else ""
+                    print(f"    {system.key:40s} {system.config:40s} at most {system.updates(convergence.cap)} "
+                          f"updates{start}")
+                continue
             if corpus == EMBEDDED and experiment.searches:
                 for line in describe_search(rows, plan or FULL_PLAN, seeds, updates_each):
                     print(f"    {line}")

@@ -2,7 +2,7 @@
 the budget every embedded system gets, and the papers' own numbers (shown beside ours)."""
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..data.io import DataError
@@ -10,6 +10,22 @@ from ..data.io import DataError
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED_WIT3 = os.path.join(ROOT, "..", "shared", "data", "iwslt15-zh-en")
 EMBEDDED = "embedded"
+
+@dataclass(frozen=True)
+class Convergence:
+    """The convergence budget of a run (``--converge``, :mod:`.convergence`): validate every
+    ``interval`` updates; stop after ``patience`` validations without a higher validation s-BLEU,
+    or at ``cap`` updates (a system of two stages, the memory model: each stage its share of the
+    cap, as :meth:`System.updates` shares a fixed budget)."""
+
+    interval: int
+    patience: int
+    cap: int
+
+    def describe(self) -> str:
+        return (f"validated every {self.interval} updates, stopped after {self.patience} validations without a "
+                f"higher validation s-BLEU (the checkpoint kept: the highest), at most {self.cap} updates")
+
 
 # Updates per system on the embedded corpus: the same for every system of every table (the
 # memory model's two stages together), enough for the transformer L=4's validation loss to have
@@ -41,7 +57,8 @@ CONTEXT_LENGTH_VALIDATIONS = 4
 # are two documents each (the decode-speed benchmark of a smoke run needs two windows at L = 2)
 SMOKE_CORPUS = ["--train-documents", "40", "--valid-documents", "2", "--test-documents", "2",
                 "--contrastive-pairs", "10", "--workers", "1"]
-SMOKE_TRAIN_ARGS = ["--max-update", "3", "--max-tokens", "1024", "--log-interval", "1"]
+SMOKE_BATCH_ARGS = ["--max-tokens", "1024", "--log-interval", "1"]
+SMOKE_TRAIN_ARGS = ["--max-update", "3", *SMOKE_BATCH_ARGS]
 # The long-range corpus (the context-length experiment): antecedents 1-14 sentences back and
 # documents of 30-50 sentences (two thirds of the windows of 15 sentences are full), about as
 # many training sentences as the default corpus (18k); 800 mirrored pairs per phenomenon, 200
@@ -60,6 +77,17 @@ EMBEDDED_CORPORA = {"data": ([], SMOKE_CORPUS), "data-long-range": (LONG_RANGE_C
 # search.py), in a full run and in a smoke run (two: the mean and spread over seeds are computed)
 DEFAULT_SEEDS = 3
 SMOKE_SEEDS = 2
+
+
+# --converge (convergence.py): Table 1's runs, and those of every experiment on the default
+# corpus, validate every 100 updates (an epoch of its L = 4 windows is 92 updates of 4096 tokens:
+# about once an epoch, as the paper validates) PROVISIONAL
+TABLE1_CONVERGENCE = Convergence(interval=100, patience=5, cap=2000)
+DEFAULT_CONVERGENCE = TABLE1_CONVERGENCE
+# the context-length experiment's runs on the long-range corpus PROVISIONAL
+CONTEXT_LENGTH_CONVERGENCE = Convergence(interval=200, patience=4, cap=2000)
+# --smoke --converge: the machinery only (a validation every 2 updates, stopped after 1 without a gain, at most 4)
+SMOKE_CONVERGENCE = Convergence(interval=2, patience=1, cap=4)
 
 
 # ---------------------------------------------------------------------------------------
@@ -93,6 +121,19 @@ class System:
 
     def updates(self, budget: int) -> int:
         return max(1, int(round(budget * self.share)))
+
+
+def seeded_system(system: System, seed: int) -> System:
+    """``system`` trained with another seed (its run: the system's own, ``-seedN``)."""
+    return System(system.label, system.config, system.starts_from, system.share, f"{system.key}-seed{seed}",
+                  system.overrides + ("--seed", str(seed)))
+
+
+def row_seed(row_id: str) -> Tuple[str, int]:
+    """A row id and its seed: ``transformer_L15_seed2`` → (``transformer_L15``, 2); a row without
+    a seed suffix is seed 1."""
+    base, _, seed = row_id.rpartition("_seed")
+    return (base, int(seed)) if base and seed.isdigit() else (row_id, 1)
 
 
 def demo(name: str, label: str, starts_from: Optional[System] = None, share: float = 1.0,
@@ -131,10 +172,28 @@ class Experiment:
     # validations (and checkpoints to choose from) per run on the embedded corpus
     validations: int = VALIDATIONS_PER_RUN
 
-    def rows(self, corpus: str, smoke: bool = False) -> List[Tuple[str, System]]:
-        """The rows a run trains: every row, or a smoke run's."""
+    # --converge on the embedded corpus: each run's budget, the rows trained (None: every row) and
+    # the seeds of a row beyond its first (row id → seeds; Table 1's seeds are its search's)
+    convergence: Optional[Convergence] = None
+    converged_rows: Optional[Tuple[str, ...]] = None
+    converged_seeds: Dict[str, int] = field(default_factory=dict)
+
+    def rows(self, corpus: str, smoke: bool = False, converged: bool = False) -> List[Tuple[str, System]]:
+        """The rows a run trains: every row, a smoke run's, or a convergence run's (with the seeds
+        of its seeded rows, each a row of its own: ``ROW_seedN``)."""
         rows = self.systems(corpus)
-        return [row for row in rows if row[0] in self.smoke_rows] if smoke and self.smoke_rows else rows
+        if converged and self.converged_rows is not None:
+            rows = [row for row in rows if row[0] in self.converged_rows]
+        if smoke and self.smoke_rows:
+            rows = [row for row in rows if row[0] in self.smoke_rows]
+        if not converged:
+            return rows
+        seeded = []
+        for row_id, system in rows:
+            seeded.append((row_id, system))
+            seeded += [(f"{row_id}_seed{seed}", seeded_system(system, seed))
+                       for seed in range(2, self.converged_seeds.get(row_id, 1) + 1)]
+        return seeded
 
     def systems(self, corpus: str) -> List[Tuple[str, System]]:
         if corpus not in self.corpora:

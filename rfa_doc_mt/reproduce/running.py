@@ -321,11 +321,13 @@ def speed_corpus(out: str, corpus: str, data: Optional[str], smoke: bool, embedd
     return embedded_data
 
 
-def prepare_embedded(out: str, smoke: bool, name: str = "data") -> str:
-    """OUT/``name``: the generated corpus of that name (EMBEDDED_CORPORA), written on first use."""
+def prepare_embedded(out: str, smoke: bool, name: str = "data", converged: bool = False) -> str:
+    """OUT/``name``: the generated corpus of that name (EMBEDDED_CORPORA), written on first use.
+    One OUT holds runs of one kind (smoke or full, a fixed budget or the convergence budget): the
+    runs of another would train on from checkpoints of other settings."""
     data = os.path.join(out, name)
     marker = os.path.join(out, "reproduce.json")
-    mode = "smoke" if smoke else "full"
+    mode = ("smoke" if smoke else "full") + (" converged" if converged else "")
     if os.path.isfile(marker):
         earlier = read_json(marker).get("mode")
         if earlier != mode:

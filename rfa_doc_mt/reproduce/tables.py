@@ -108,6 +108,34 @@ def updates_json(result: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------
+# the convergence budget's columns (convergence.py)
+
+CONVERGENCE_HEADER = ["selected at", "stopped at", "to 95%", "to 99%", "cap"]
+
+
+def convergence_cells(summaries: Sequence[Optional[dict]]) -> List[str]:
+    """A row's convergence over its seeds (:func:`.convergence.convergence_summary` of each): the
+    update of the checkpoint kept, the last update validated, the updates to 95% and 99% of each
+    run's own best validation s-BLEU (mean ± standard deviation over seeds), and how many runs
+    the cap stopped ("2/3": two of three seeds still improving when stopped)."""
+    if not summaries or any(summary is None for summary in summaries):
+        return ["—"] * len(CONVERGENCE_HEADER)
+    cells = [fmt_spread(spread([s[key] for s in summaries]), 0)
+             for key in ("best_update", "last_update", "updates_to_95", "updates_to_99")]
+    capped = sum(s["reached_cap"] for s in summaries)
+    return cells + [f"{capped}/{len(summaries)}" if capped else "—"]
+
+
+def convergence_json(summaries: Sequence[Optional[dict]]) -> dict:
+    """The figures of :func:`convergence_cells`, per seed and summarised (JSON)."""
+    keys = ("best_update", "last_update", "updates_to_95", "updates_to_99", "best_valid_bleu")
+    known = [s for s in summaries if s is not None]
+    return {"per_seed": [None if s is None else {k: v for k, v in s.items() if k != "curve"} for s in summaries],
+            **{key: spread([s[key] for s in known]) if len(known) == len(summaries) else None for key in keys},
+            "reached_cap": sum(s["reached_cap"] for s in known)}
+
+
+# ---------------------------------------------------------------------------------------
 # tables
 
 
@@ -177,12 +205,16 @@ def table_rfa_table1(context) -> Tuple[str, list]:
         window = row_id.rsplit("_L", 1)[1]
         setting = chosen.get(row_id)
         result = context.results[system.key]
-        rows.append([system.label, window, setting.label if setting else "config", updates_cell(result),
+        converged = [context.results[s.key].get("convergence") for _, s in seeded] if context.converged else None
+        trained = convergence_cells(converged) if converged is not None else [updates_cell(result)]
+        rows.append([system.label, window, setting.label if setting else "config", *trained,
                      str(len(seeded))] + [fmt_spread(summary[m], d) for m, d in TABLE1_METRICS] +
                     [fmt(iwslt, 1), fmt(subtitles, 1)])
         entry = {"row": row_id, "system": system.label, "config": system.config, "L": int(window),
                  "setting": setting.as_dict() if setting else None, "seeds": figures, **summary,
                  **updates_json(result), "paper_bleu": {"iwslt15_zh_en": iwslt, "opensubtitles_en_ru": subtitles}}
+        if converged is not None:
+            entry["convergence"] = convergence_json(converged)
         baseline_row = f"transformer_L{window}"
         if row_id != baseline_row and baseline_row in context.seeds and context.runs:
             compared = compare_seeds(context.runs, context.seeds[baseline_row], seeded)
@@ -193,7 +225,8 @@ def table_rfa_table1(context) -> Tuple[str, list]:
                          for cell in fmt_comparison(seed_comparison.get(metric), digits)]
                 against.append([system.label, window, str(seed_comparison["seed"])] + cells)
         json_rows.append(entry)
-    table = markdown(["system", "L", "setting", "updates", "seeds", "s-BLEU", "d-BLEU", "consistency (pooled)",
+    trained_header = CONVERGENCE_HEADER if context.converged else ["updates"]
+    table = markdown(["system", "L", "setting", *trained_header, "seeds", "s-BLEU", "d-BLEU", "consistency (pooled)",
                       "paper IWSLT", "paper OpenSubtitles"], rows, right_from=1)
     if against:
         table += ("\n\nAgainst the transformer of the same L and seed (difference = system − transformer, "
@@ -209,7 +242,7 @@ def table_rfa_table1(context) -> Tuple[str, list]:
                 "many resamples, the same seed; p of the shifted bootstrap)" if consistency else "") +
             ". Intervals: the 2.5% and 97.5% order statistics of the paired resamples' differences; two identical "
             "outputs: p = 1. The same figures for any two outputs: `python -m rfa_doc_mt.scoring.compare`.")
-    if context.search:
+    if context.search and context.search.searches:
         search_rows = context.search.search_rows()
         context.extra["search"] = search_rows
         context.extra["seeds"] = context.search.seeds
@@ -219,6 +252,9 @@ def table_rfa_table1(context) -> Tuple[str, list]:
                   markdown(["system", "L", "setting", "validation s-BLEU", "chosen"],
                            [[*labels[r["row"]], r["setting"]["label"], fmt(r["valid_s_bleu"]),
                              "**chosen**" if r["chosen"] else ""] for r in search_rows], right_from=3))
+        context.notes.append(context.search.note())
+    elif context.search:
+        context.extra["seeds"] = context.search.seeds
         context.notes.append(context.search.note())
     return table, json_rows
 
@@ -307,6 +343,69 @@ def curves_plot(systems, results, path: str, title: str) -> str:
             axis.plot(*zip(*curve), marker=".", label=label)
     axis.set_xlabel("updates")
     axis.set_ylabel("validation loss (label-smoothed cross-entropy)")
+    axis.set_title(title, fontsize=9)
+    axis.legend(fontsize="x-small")
+    figure.tight_layout()
+    save_figure(figure, path)
+    return path
+
+
+def seed_groups(systems, seed_systems=None) -> Dict[str, list]:
+    """{row: [System of each seed]}: a searched table's seeds (``seed_systems``, row → [(seed,
+    System)]), else the rows named ``ROW_seedN`` gathered under ROW."""
+    from .papers import row_seed
+
+    groups: Dict[str, list] = {}
+    for row_id, system in systems:
+        if seed_systems and row_id in seed_systems:
+            groups[row_id] = [seeded for _, seeded in seed_systems[row_id]]
+        else:
+            groups.setdefault(row_seed(row_id)[0], []).append(system)
+    return groups
+
+
+def bleu_curves_plot(systems, seed_systems, results, path: str, title: str) -> str:
+    """Validation s-BLEU against updates under the convergence budget: a line per row, the mean over
+    its seeds at each validation, and a band from the lowest to the highest seed (where a run has
+    stopped, the others continue the line). A fine-tuned model's curve follows its stage 1
+    (dotted, once)."""
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..bench.common import save_figure
+
+    figure, axis = plt.subplots(figsize=(7.5, 4.5))
+    stage1_drawn = False
+    for row, members in seed_groups(systems, seed_systems).items():
+        by_update: Dict[int, List[float]] = {}
+        for system in members:
+            result = results[system.key]
+            summary = result.get("convergence") or {}
+            offset = 0
+            stage1 = result.get("stage1_convergence")
+            if stage1:
+                offset = stage1["last_update"]
+                if not stage1_drawn:
+                    axis.plot(*zip(*stage1["curve"]), ":", color="grey", label="stage 1 (sentence-level)")
+                    stage1_drawn = True
+            for updates, score in summary.get("curve", []):
+                by_update.setdefault(updates + offset, []).append(score)
+        if not by_update:
+            continue
+        steps = sorted(by_update)
+        mean = [sum(by_update[s]) / len(by_update[s]) for s in steps]
+        line, = axis.plot(steps, mean, marker=".", markersize=3, linewidth=1,
+                          label=f"{row} ({len(members)} seed{'s' if len(members) > 1 else ''})")
+        if len(members) > 1:
+            axis.fill_between(steps, [min(by_update[s]) for s in steps], [max(by_update[s]) for s in steps],
+                              color=line.get_color(), alpha=0.2, linewidth=0)
+    axis.set_xlabel("updates")
+    axis.set_ylabel("validation s-BLEU")
     axis.set_title(title, fontsize=9)
     axis.legend(fontsize="x-small")
     figure.tight_layout()

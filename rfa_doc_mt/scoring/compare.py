@@ -16,9 +16,12 @@ s-BLEU, d-BLEU and contrastive consistency, with the difference and its 95% inte
   the ⌊n/40⌋-th from each end).
 * **Consistency** (pooled contrastive accuracy): a paired bootstrap over the contrastive
   examples (an example's two outcomes, right or wrong under each system, are resampled
-  together); interval as above; two-sided p-value of the shifted bootstrap (Efron and
-  Tibshirani 1993, §16.4): the share of resamples whose difference lies at least as far from
-  the observed one as the observed one lies from zero, (1 + count) / (1 + resamples).
+  together), or over their groups where the sets name them (the mirrored pairs of the synthetic
+  sets, whose two outcomes are not independent: a sentence-level model gets exactly one of each
+  pair right), each group's examples resampled together; interval as above; two-sided p-value
+  of the shifted bootstrap (Efron and Tibshirani 1993, §16.4): the share of resamples whose
+  difference lies at least as far from the observed one as the observed one lies from zero,
+  (1 + count) / (1 + resamples).
 
 Two identical outputs differ nowhere: the difference is 0 in every resample and nothing
 could be significant, so the p-value is 1; so too for two outputs whose scores no resample
@@ -27,6 +30,7 @@ the observed one, and would give them 1 / (n + 1).)
 
 Both bootstraps are seeded (``--seed``, default sacrebleu's 12345; sacrebleu reads it from
 ``SACREBLEU_SEED``, which this module sets for the call): the same inputs print the same figures.
+The seed must be positive: sacrebleu reads ``SACREBLEU_SEED=0`` as no seed at all.
 """
 
 import argparse
@@ -147,9 +151,12 @@ def bleu_comparison(baseline: Sequence[str], system: Sequence[str], references: 
 
 
 def consistency_comparison(baseline: Sequence[int], system: Sequence[int], samples: int = DEFAULT_SAMPLES["bs"],
-                           seed: int = DEFAULT_SEED, metric_name: str = "consistency") -> Comparison:
+                           seed: int = DEFAULT_SEED, metric_name: str = "consistency",
+                           groups: Optional[Sequence] = None) -> Comparison:
     """Contrastive accuracy (%) of two systems on the same examples (1 right, 0 wrong, in the
-    same order), compared by a paired bootstrap over the examples."""
+    same order), compared by a paired bootstrap over the examples, or over ``groups`` (one label
+    per example; the examples of a group are resampled together)."""
+    check_seed(seed)
     base, other = np.asarray(baseline, dtype=np.float64), np.asarray(system, dtype=np.float64)
     if base.shape != other.shape or base.ndim != 1:
         raise DataError(f"{metric_name}: {base.size} baseline and {other.size} system outcomes: the systems must be "
@@ -158,14 +165,39 @@ def consistency_comparison(baseline: Sequence[int], system: Sequence[int], sampl
         raise DataError(f"{metric_name}: nothing to compare (no examples)")
     if not np.isin(base, (0, 1)).all() or not np.isin(other, (0, 1)).all():
         raise DataError(f"{metric_name}: outcomes must be 0 (wrong) or 1 (right)")
+    if groups is not None and len(groups) != base.size:
+        raise DataError(f"{metric_name}: {len(groups)} group labels for {base.size} examples")
     observed = 100.0 * (other.mean() - base.mean())
-    indices = bootstrap_indices(base.size, samples, seed)
-    differences = 100.0 * (other[indices].mean(axis=1) - base[indices].mean(axis=1))
+    # per unit (an example, or a group of them): its examples and its right answers under each system
+    if groups is None:
+        sizes, base_right, other_right = np.ones_like(base), base, other
+    else:
+        _, unit_of = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)
+        sizes, base_right, other_right = (np.bincount(unit_of, weights=w) for w in (np.ones_like(base), base, other))
+    indices = bootstrap_indices(sizes.size, samples, seed)
+    drawn = sizes[indices].sum(axis=1)
+    differences = 100.0 * (other_right[indices].sum(axis=1) - base_right[indices].sum(axis=1)) / drawn
     # shifted bootstrap: under no difference the resampled differences centre on 0, not on `observed`
     as_far = int(np.sum(np.abs(differences - observed) >= abs(observed) - 1e-9))
+    unit_name = "contrastive examples" if groups is None else "groups of contrastive examples (mirrored pairs)"
     return Comparison(metric_name, 100.0 * base.mean(), 100.0 * other.mean(), observed, interval_bounds(differences),
-                      (1 + as_far) / (1 + samples), "paired bootstrap", samples, int(base.size),
-                      "contrastive examples", seed)
+                      (1 + as_far) / (1 + samples), "paired bootstrap", samples, int(sizes.size), unit_name, seed)
+
+
+def check_seed(seed: int) -> None:
+    """sacrebleu takes ``SACREBLEU_SEED=0`` (and any false value) for no seed: its resamples would
+    change from run to run while the output claims seed 0."""
+    if seed < 1:
+        raise DataError(f"seed {seed}: the resampling seed must be at least 1 (sacrebleu reads 0 as unseeded)")
+
+
+def consistency_groups(report: dict) -> Optional[Dict[str, list]]:
+    """Per-example groups of each phenomenon of a consistency report, where every set names them
+    (None otherwise: each example is its own unit)."""
+    sets = {name: value for name, value in report.items() if name != "pooled"}
+    if not sets or not all("groups" in value for value in sets.values()):
+        return None
+    return {name: list(value["groups"]) for name, value in sets.items()}
 
 
 def consistency_outcomes(report: dict, source: str = "consistency.json") -> Dict[str, List[int]]:
@@ -182,6 +214,11 @@ def consistency_outcomes(report: dict, source: str = "consistency.json") -> Dict
     if not outcomes:
         raise DataError(f"{source}: no contrastive sets in it")
     return outcomes
+
+
+def pooled_groups(groups: Dict[str, list]) -> List[str]:
+    """The groups of :func:`pooled_outcomes`' examples: a group is one within its phenomenon."""
+    return [f"{name}:{group}" for name in sorted(groups) for group in groups[name]]
 
 
 def pooled_outcomes(baseline: Dict[str, List[int]], system: Dict[str, List[int]]) -> Tuple[List[int], List[int]]:
@@ -203,6 +240,7 @@ def compare_outputs(baseline: Sequence[str], system: Sequence[str], references: 
                     test: str = "bs", samples: Optional[int] = None, seed: int = DEFAULT_SEED,
                     tokenize: str = "13a") -> List[Comparison]:
     """s-BLEU, d-BLEU and (given both reports) pooled consistency of two systems, each compared."""
+    check_seed(seed)
     comparisons = [
         bleu_comparison(baseline, system, references, "s-BLEU", "sentences", test, samples, seed, tokenize),
         bleu_comparison(join_documents(baseline, documents), join_documents(system, documents),
@@ -212,7 +250,11 @@ def compare_outputs(baseline: Sequence[str], system: Sequence[str], references: 
     if baseline_consistency is not None:
         base, other = pooled_outcomes(consistency_outcomes(baseline_consistency, "baseline"),
                                       consistency_outcomes(system_consistency, "system"))
-        comparisons.append(consistency_comparison(base, other, samples or DEFAULT_SAMPLES["bs"], seed))
+        groups = [consistency_groups(report) for report in (baseline_consistency, system_consistency)]
+        if groups[0] != groups[1]:
+            raise DataError("consistency: the two reports group their examples differently: not the same sets")
+        comparisons.append(consistency_comparison(base, other, samples or DEFAULT_SAMPLES["bs"], seed,
+                                                  groups=pooled_groups(groups[0]) if groups[0] else None))
     return comparisons
 
 

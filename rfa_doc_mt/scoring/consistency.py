@@ -47,11 +47,13 @@ def accuracy_report(examples: Sequence[dict], losses: Sequence[Sequence[float]])
     Identical candidates are one candidate (they get identical losses): an example is right when
     the true text has the lowest loss of its distinct texts, whichever of its copies
     ``true_ind`` names. An example with a single distinct text is skipped (``skipped``).
-    ``correct``: the outcome of every counted example, in order (1 right, 0 wrong)."""
+    ``correct``: the outcome of every counted example, in order (1 right, 0 wrong); ``groups``,
+    where the examples name one (``group``: the mirrored pairs of the synthetic sets), the group of
+    each counted example, in the same order: the unit a significance test resamples."""
     if len(examples) != len(losses):
         raise ValueError(f"{len(examples)} examples but {len(losses)} loss lists")
     correct_by_distance: Dict[int, List[int]] = defaultdict(list)
-    correct, random_baseline = [], []
+    correct, random_baseline, groups = [], [], []
     repeating = skipped = 0
     for example, candidate_losses in zip(examples, losses):
         if len(candidate_losses) != len(example["dst"]):
@@ -70,10 +72,12 @@ def accuracy_report(examples: Sequence[dict], losses: Sequence[Sequence[float]])
         unique_best = distinct_losses.count(distinct_losses[best]) == 1
         hit = int(unique_best and best == true_index)
         correct.append(hit)
+        groups.append(example.get("group"))
         correct_by_distance[int(example.get("ctx_dist", -1))].append(hit)
         random_baseline.append(1.0 / len(texts))
     if not correct:
         raise DataError(f"none of its {len(examples)} examples has two distinct candidates")
+    grouped = {"groups": groups} if all(group is not None for group in groups) else {}
     return {
         "examples": len(correct),
         "accuracy": 100.0 * sum(correct) / len(correct),
@@ -83,6 +87,7 @@ def accuracy_report(examples: Sequence[dict], losses: Sequence[Sequence[float]])
         "repeated_candidates": repeating,
         "skipped": skipped,
         "correct": correct,
+        **grouped,
     }
 
 

@@ -307,6 +307,16 @@ class DocTranslationTask(TranslationTask):
     def restore_train_memories(self, rows: dict) -> None:
         self.restored_train_memories = rows  # moved to the model's device at the next train_step
 
+    def get_checkpoint_dict(self) -> dict:
+        """What fairseq adds to a checkpoint's ``extra_state`` for this task: the early-stopping
+        counter of ``fairseq-train`` (:func:`early_stopping_state`), so that ``--patience`` counts
+        across a resume (see :meth:`set_checkpoint_dict`)."""
+        return {type(self).__name__: {"early_stopping": early_stopping_state()}}
+
+    def set_checkpoint_dict(self, state: dict) -> None:
+        """fairseq hands back what :meth:`get_checkpoint_dict` saved when it resumes a run."""
+        restore_early_stopping(state.get("early_stopping"))
+
     def valid_step(self, sample, model, criterion):
         consistency, bleu = {}, {}
         if "contrastive" in sample:
@@ -398,6 +408,32 @@ class MemoryTrainingIterator(iterators.EpochBatchIterator):
     def load_state_dict(self, state_dict):
         super().load_state_dict(state_dict)
         self.task.restore_train_memories(state_dict.get("document_memories") or {})
+
+
+def _early_stopping_check():
+    """fairseq-train's ``should_stop_early`` (fairseq_cli/train.py), where fairseq-train runs."""
+    import sys
+
+    train = sys.modules.get("fairseq_cli.train")
+    return getattr(train, "should_stop_early", None)
+
+
+def early_stopping_state() -> dict:
+    """``{"best", "num_runs"}`` of fairseq-train's early stopping: the best validation metric so far
+    and the validations since it improved. fairseq keeps both as attributes of its
+    ``should_stop_early`` function and saves neither, so a resumed run would count its patience
+    from the first validation after the resume, against that validation's score, and train on
+    where an uninterrupted run stops."""
+    check = _early_stopping_check()
+    return {"best": getattr(check, "best", None), "num_runs": getattr(check, "num_runs", 0)}
+
+
+def restore_early_stopping(state) -> None:
+    """Put back what :func:`early_stopping_state` saved (nothing to do before the first validation)."""
+    check = _early_stopping_check()
+    if check is None or not state or state.get("best") is None:
+        return
+    check.best, check.num_runs = state["best"], state["num_runs"]
 
 
 def memory_rows_on_cpu(memories: DocumentMemories) -> dict:

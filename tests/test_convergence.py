@@ -1,0 +1,211 @@
+"""The convergence budget (rfa_doc_mt.reproduce.convergence): its fairseq-train arguments, what a
+row reports of a run's validation curve, other stopping rules replayed on recorded curves, the
+rows and seeds it trains, and fairseq-train's early-stopping counter across a resume. No
+training: logs and run directories are written by the tests."""
+
+import os
+from types import SimpleNamespace
+
+import pytest
+from test_search import FakeContext, fake_run
+
+from rfa_doc_mt.reproduce import EMBEDDED, EXPERIMENTS
+from rfa_doc_mt.reproduce.convergence import (
+    EARLY_STOP,
+    convergence_summary,
+    convergence_train_args,
+    replay,
+    replayable_rules,
+    run_convergence,
+    stopping_rules,
+    validation_bleu_curve,
+)
+from rfa_doc_mt.reproduce.papers import (
+    CONTEXT_LENGTH_CONVERGENCE,
+    MEMORY_FINETUNE_SHARE,
+    TABLE1_CONVERGENCE,
+    Convergence,
+    System,
+    row_seed,
+)
+from rfa_doc_mt.reproduce.search import CHOSEN_PLAN, CHOSEN_SETTINGS, Table1Search
+from rfa_doc_mt.reproduce.tables import table_rfa_table1
+from rfa_doc_mt.tasks.doc_translation import DocTranslationTask
+
+# a curve that rises, peaks at 600 (91.0), and then moves within 0.3 of its peak
+CURVE = [(100, 10.0), (200, 60.0), (300, 85.0), (400, 89.0), (500, 90.5), (600, 91.0), (700, 90.8),
+         (800, 90.9), (900, 90.7), (1000, 91.0), (1100, 90.6), (1200, 90.8)]
+
+
+def write_log(run_dir, curve, early=False, repeat_from=None):
+    """A train.log with fairseq's validation lines (and a resumed run's repeated ones)."""
+    os.makedirs(run_dir, exist_ok=True)
+    lines = []
+    for updates, bleu in curve:
+        lines.append(f"2026-01-01 00:00:00 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 1.5 | "
+                     f"nll_loss 0.5 | ppl 1.4 | bleu {bleu} | wps 100 | wpb 900 | bsz 90 | num_updates {updates} | "
+                     f"best_bleu {bleu}")
+        if repeat_from is not None and updates == repeat_from:  # killed after this validation, resumed from it
+            lines.append(lines[-1])
+    if early:
+        lines.append(f"2026-01-01 00:00:00 | INFO | fairseq_cli.train | {EARLY_STOP} for last 5 runs")
+    with open(os.path.join(run_dir, "train.log"), "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+
+
+def test_train_arguments_validate_on_bleu_stop_on_patience_and_share_the_cap():
+    convergence = Convergence(interval=100, patience=5, cap=2000)
+    args = convergence_train_args(System("x", "configs/demo/transformer_L4.sh"), convergence)
+    value = {name: args[args.index(name) + 1] for name in ("--max-update", "--validate-interval-updates",
+                                                           "--save-interval-updates", "--patience",
+                                                           "--best-checkpoint-metric", "--eval-bleu-args")}
+    assert value == {"--max-update": "2000", "--validate-interval-updates": "100", "--save-interval-updates": "100",
+                     "--patience": "5", "--best-checkpoint-metric": "bleu",
+                     "--eval-bleu-args": '{"beam":4,"max_len_a":1.2,"max_len_b":10}'}
+    assert "--eval-bleu" in args and "--maximize-best-checkpoint-metric" in args
+    fine_tuned = System("m", "configs/demo/memory_L1.sh", "stage1", MEMORY_FINETUNE_SHARE)
+    capped = convergence_train_args(fine_tuned, convergence)
+    assert capped[capped.index("--max-update") + 1] == str(round(2000 * MEMORY_FINETUNE_SHARE))
+    tiny = convergence_train_args(fine_tuned, Convergence(interval=2, patience=1, cap=4))
+    assert tiny[tiny.index("--validate-interval-updates") + 1] == "1"  # a cap of 1 update validates at 1
+
+
+def test_a_row_reports_its_selected_update_and_the_updates_to_95_and_99_percent():
+    summary = convergence_summary(CURVE, cap=2000, early=True)
+    # of the two validations at 91.0, fairseq keeps the later one as checkpoint_best.pt
+    assert summary["best_update"] == 1000 and summary["best_valid_bleu"] == 91.0
+    assert summary["updates_to_95"] == 400  # 89.0 >= 86.45 (95% of 91), 85.0 is not
+    assert summary["updates_to_99"] == 500  # 90.5 >= 90.09, 89.0 is not
+    assert summary["last_update"] == 1200 and not summary["reached_cap"] and summary["stopped_early"]
+    capped = convergence_summary(CURVE, cap=1200, early=False)
+    assert capped["reached_cap"]
+    assert not convergence_summary(CURVE, cap=1300, early=False)["reached_cap"]  # stopped otherwise (killed)
+    assert convergence_summary([], cap=1200, early=False) is None
+
+
+def test_a_run_is_read_from_its_log_once_per_validation(tmp_path):
+    write_log(tmp_path / "run", CURVE, early=True, repeat_from=500)
+    assert validation_bleu_curve(str(tmp_path / "run")) == CURVE
+    read = run_convergence(str(tmp_path / "run"), System("x", "configs/demo/transformer_L4.sh"), TABLE1_CONVERGENCE)
+    assert read["stopped_early"] and read["curve"] == CURVE and read["best_update"] == 1000
+    write_log(tmp_path / "capped", CURVE[:8])
+    stage = System("m", "configs/demo/memory_L1.sh", share=0.4)  # its cap: 0.4 x 2000 = 800 updates
+    assert run_convergence(str(tmp_path / "capped"), stage, Convergence(100, 5, 2000))["reached_cap"]
+    assert run_convergence(str(tmp_path / "none"), stage, TABLE1_CONVERGENCE) is None
+
+
+def test_replayed_rules_stop_where_their_patience_runs_out():
+    # every point, patience 3: no gain at 700, 800, 900 after the peak at 600
+    assert replay(CURVE, 1, 3) == (900, 600, 91.0)
+    # patience 1 stops at the first point without a gain
+    assert replay(CURVE, 1, 1) == (700, 600, 91.0)
+    # every 2nd point (200, 400, ..., 1200), patience 2: after 600 (91.0), 800 (90.9) and 1000 (91.0) are
+    # no gain; 1000 ties the best, so its checkpoint is the one kept (fairseq's >= for checkpoint_best)
+    assert replay(CURVE, 2, 2) == (1000, 1000, 91.0)
+    # every 4th point (400, 800, 1200): the peak at 600 is never validated
+    assert replay(CURVE, 4, 1) == (1200, 800, 90.9)
+    # a rule that outlasts the curve stops at its end
+    assert replay(CURVE, 1, 20)[0] == 1200
+
+
+def test_the_rules_table_counts_lost_bleu_and_premature_stops():
+    early = [(100, 50.0), (200, 49.0), (300, 80.0), (400, 79.0), (500, 79.5)]  # a dip before its best
+    table = stopping_rules({"a": CURVE, "b": early}, interval=100, rules=[(1, 1), (1, 3)])
+    impatient, patient = table
+    assert impatient["runs"] == 2 and impatient["stopped_before_best"] == 1  # b stops at 200, before 300
+    assert impatient["largest_bleu_lost"] == pytest.approx(30.0)  # b keeps 50.0 of 80.0
+    assert patient["stopped_before_best"] == 0 and patient["mean_bleu_lost"] == 0.0
+    assert patient["mean_past_selected"] == pytest.approx((300 + 200) / 2)  # a: 900 - 600, b: 500 - 300
+    # only rules whose window without a gain fits in the recorded one can be replayed
+    assert all(every * patience <= 5 for every, patience in replayable_rules(Convergence(100, 5, 2000)))
+    assert (1, 5) in replayable_rules(Convergence(100, 5, 2000)) and (2, 3) not in replayable_rules(
+        Convergence(100, 5, 2000))
+
+
+def test_table1_at_convergence_trains_the_chosen_settings_with_every_seed(tmp_path):
+    rows = EXPERIMENTS["rfa_table1"].rows(EMBEDDED, converged=True)
+    search = Table1Search(rows, CHOSEN_PLAN, 3, str(tmp_path))
+    requests = search.requests()
+    assert search.done() and not search.searches
+    assert len(requests) == 18 and all(evaluate == ("test", "consistency") for _, evaluate in requests)
+    assert {row: plan.chosen for row, plan in search.plans.items()} == CHOSEN_SETTINGS
+    rfa = dict(search.plans["rfa_L4"].seeds)
+    assert rfa[3].overrides[-2:] == ("--seed", "3") and "--rfa-causal-proj-dim" in rfa[1].overrides
+    assert "No search" in search.note()
+
+
+def test_table1_reports_convergence_per_row_over_seeds(tmp_path):
+    rows = EXPERIMENTS["rfa_table1"].rows(EMBEDDED, converged=True)
+    search = Table1Search(rows, CHOSEN_PLAN, 2, str(tmp_path))
+    search.requests()
+    seeds = {row: plan.seeds for row, plan in search.plans.items()}
+    references = [f"w{i} a{i} b{i}" for i in range(10)]
+    results = {}
+    for row, seeded in seeds.items():
+        for seed, system in seeded:
+            results[system.key] = fake_run(tmp_path / system.key, references, references, 90.0, [1] * 10)
+            curve = CURVE if seed == 1 else CURVE[:6]  # seed 2 stopped by a cap of 600
+            results[system.key]["convergence"] = convergence_summary(curve, cap=600 if seed == 2 else 2000,
+                                                                     early=seed == 1)
+    context = FakeContext([(row, seeded[0][1]) for row, seeded in seeds.items()], results, seeds, search,
+                          str(tmp_path))
+    context.converged = True
+    table, json_rows = table_rfa_table1(context)
+    first = json_rows[0]["convergence"]
+    assert first["best_update"] == {"mean": 800.0, "std": pytest.approx(282.84, abs=0.01), "n": 2}
+    assert first["reached_cap"] == 1 and first["per_seed"][1]["reached_cap"]
+    assert "| selected at | stopped at | to 95% | to 99% | cap |" in table and "| 1/2 |" in table
+    assert "Search (seed 1" not in table
+
+
+def test_context_length_at_convergence_trains_l4_l15_the_memory_and_a_second_seed_at_15():
+    rows = EXPERIMENTS["context_length"].rows(EMBEDDED, converged=True)
+    ids = [row_id for row_id, _ in rows]
+    for family in ("transformer", "rfa_sgate", "lsh", "long_short"):
+        assert f"{family}_L4" in ids and f"{family}_L15" in ids and f"{family}_L15_seed2" in ids
+        assert f"{family}_L1" not in ids and f"{family}_L8" not in ids and f"{family}_L4_seed2" not in ids
+    assert "memory" in ids and len(ids) == 13
+    systems = dict(rows)
+    second = systems["rfa_sgate_L15_seed2"]
+    assert second.config == systems["rfa_sgate_L15"].config and second.overrides == ("--seed", "2")
+    assert second.key == systems["rfa_sgate_L15"].key + "-seed2"
+    assert row_seed("rfa_sgate_L15_seed2") == ("rfa_sgate_L15", 2) and row_seed("memory") == ("memory", 1)
+    assert EXPERIMENTS["context_length"].convergence == CONTEXT_LENGTH_CONVERGENCE
+
+
+def test_the_early_stopping_counter_survives_a_resume(monkeypatch):
+    """fairseq-train keeps its patience count on its should_stop_early function; the task saves it
+    in the checkpoint and puts it back on resume, so that a resumed run stops where an
+    uninterrupted one does."""
+    import fairseq_cli.train as train
+
+    cfg = SimpleNamespace(checkpoint=SimpleNamespace(patience=3, maximize_best_checkpoint_metric=True))
+    scores = [50.0, 60.0, 59.0, 58.0, 61.0, 60.0, 60.5, 57.0]
+
+    def run(values):
+        for index, value in enumerate(values):
+            if train.should_stop_early(cfg, value):
+                return index
+        return None
+
+    for name in ("best", "num_runs"):
+        monkeypatch.delattr(train.should_stop_early, name, raising=False)
+    uninterrupted = run(scores)
+    assert uninterrupted == 7  # 61.0 at index 4, then three validations without a gain
+    task = object.__new__(DocTranslationTask)
+    for cut in range(1, len(scores)):
+        for name in ("best", "num_runs"):
+            monkeypatch.delattr(train.should_stop_early, name, raising=False)
+        assert run(scores[:cut]) is None
+        saved = task.get_checkpoint_dict()[type(task).__name__]  # fairseq: extra_state["DocTranslationTask"]
+        for name in ("best", "num_runs"):
+            monkeypatch.delattr(train.should_stop_early, name)  # a new process
+        task.set_checkpoint_dict(saved)
+        assert cut + run(scores[cut:]) == uninterrupted, cut
+    # without the saved counter, a resumed run counts from its first validation and trains on
+    for name in ("best", "num_runs"):
+        monkeypatch.delattr(train.should_stop_early, name, raising=False)
+    run(scores[:5])
+    for name in ("best", "num_runs"):
+        monkeypatch.delattr(train.should_stop_early, name)
+    assert run(scores[5:]) is None
