@@ -4,6 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done
+# the torch that setup installs when .venv has none; a GPU machine may want a given CUDA build, e.g.
+#   make setup TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+# (a torch already in .venv, CUDA or not, is kept: setup never reinstalls it)
+TORCH ?= torch==2.13.0
 # make test runs the suite in this many processes (pytest-xdist; tests/conftest.py says how)
 TEST_WORKERS ?= 2
 
@@ -17,8 +21,8 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PIP) install -q --upgrade pip
 	# packages are byte-compiled at install: where PYTHONDONTWRITEBYTECODE is set (as on the CI
 	# machines) nothing compiled later is kept, and every process would compile what it imports
-	# torch first: on a CPU machine 2.13.0 is the local CPU wheel; a CUDA torch already here is kept
-	$(PY) -c 'import torch' 2>/dev/null || $(PIP) install -q torch==2.13.0
+	# torch first, as TORCH says (above); a torch already here is kept
+	$(PY) -c 'import torch' 2>/dev/null || $(PIP) install -q $(TORCH)
 	$(PIP) install -q -c requirements.txt cython -e '.[bench,test]'
 	# fairseq-fixed last, built against this torch, numpy and cython, without its declared
 	# dependencies (torchaudio would pull a CUDA torch); pyproject.toml lists its real ones

@@ -18,6 +18,14 @@ fairseq_command() {
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 
+# default_jobs: how many systems to train at once by default: one per GPU where torch sees GPUs
+# (each run takes a GPU of its own: CUDA_VISIBLE_DEVICES), else one per CPU core (one torch thread each)
+default_jobs() {
+  local gpus
+  gpus=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+  if [ "${gpus:-0}" -gt 0 ]; then echo "$gpus"; else nproc; fi
+}
+
 # help_requested "$@": with -h or --help first, print the calling script's opening comment (its
 # usage) and exit.
 help_requested() {

@@ -294,3 +294,33 @@ def test_run_systems_trains_each_system_once_for_all_its_requests(tmp_path, monk
     running.run_systems([(stage1, ()), (base, ("valid", "test", "consistency"))], str(data), str(runs), 2,
                         lambda system: [])
     assert not calls.exists()  # everything was finished
+
+
+GPU_RUN_SYSTEM = """#!/usr/bin/env bash
+# records which GPU each run saw and how many runs held a GPU at once, then "trains" for a moment
+out=$3; mkdir -p "$out" "$LOCKS"; touch "$LOCKS/$CUDA_VISIBLE_DEVICES.$(basename "$out")"
+echo "$(basename "$out") gpu=$CUDA_VISIBLE_DEVICES held=$(ls "$LOCKS" | wc -l)" >> "$CALLS"
+sleep 0.3; rm "$LOCKS/$CUDA_VISIBLE_DEVICES.$(basename "$out")"; touch "$out/train.done"
+"""
+
+
+def test_run_systems_gives_each_run_a_gpu_of_its_own(tmp_path, monkeypatch):
+    """With two GPUs and four jobs allowed, at most two runs hold a GPU at once, never the same one."""
+    from rfa_doc_mt.reproduce import running
+    from rfa_doc_mt.reproduce.papers import System
+
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "run_system.sh"
+    script.write_text(GPU_RUN_SYSTEM)
+    script.chmod(0o755)
+    calls = tmp_path / "calls"
+    monkeypatch.setattr(running, "ROOT", str(tmp_path))
+    monkeypatch.setenv("CALLS", str(calls))
+    monkeypatch.setenv("LOCKS", str(tmp_path / "locks"))
+    systems = [System(f"s{k}", "c.sh", name=f"s{k}") for k in range(5)]
+    running.run_systems([(s, ()) for s in systems], str(tmp_path / "data"), str(tmp_path / "runs"), 4,
+                        lambda system: [], gpus=2)
+    lines = calls.read_text().splitlines()
+    assert len(lines) == 5
+    assert {line.split()[1] for line in lines} == {"gpu=0", "gpu=1"}
+    assert all(int(line.split("held=")[1]) <= 2 for line in lines)

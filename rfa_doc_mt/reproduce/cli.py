@@ -140,6 +140,15 @@ def full_budget(experiment: str) -> int:
     return FULL_BUDGET if experiment == "all" else EXPERIMENTS[experiment].budget
 
 
+def gpu_count() -> int:
+    """GPUs torch sees (0 without CUDA), asked in a child process: this command imports no torch."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                          capture_output=True, text=True)
+    return int(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip().isdigit() else 0
+
+
 def group_convergence(args, experiments: List[Experiment]):
     """The convergence budget of experiments that share a corpus (and so their runs): the first
     one's that has its own (else the default), with the command line's changes; a smoke run's own."""
@@ -159,8 +168,9 @@ def main(argv=None) -> int:
                         help="results directory (default: work/reproduce; re-running resumes there)")
     parser.add_argument("--corpus", default=EMBEDDED, help="embedded (default) or a real corpus (see --list)")
     parser.add_argument("--data", help="prepared corpus directory (required with a real --corpus)")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                        help="systems trained at once, one torch thread each (default: the number of cores)")
+    parser.add_argument("--jobs", type=int,
+                        help="systems trained at once (default: one per GPU, each on its own, where torch sees "
+                             "GPUs; else one per CPU core, one torch thread each)")
     parser.add_argument("--smoke", action="store_true", help="tiny corpus, 3 updates, tiny benchmarks: a test run")
     parser.add_argument("--budget", type=int,
                         help=f"updates per system on the embedded corpus (default {FULL_BUDGET}, the full run; "
@@ -205,6 +215,9 @@ def main(argv=None) -> int:
     args.full_budget = full_budget(args.experiment)
     if args.budget is None:
         args.budget = args.full_budget
+    args.gpus = gpu_count()
+    if args.jobs is None:
+        args.jobs = args.gpus or os.cpu_count() or 1
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
     if args.seeds is not None and args.corpus != EMBEDDED:
@@ -296,7 +309,8 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
         if args.convergence is not None:
             log(f"convergence budget: every run {args.convergence.describe()}")
         run_systems([(system, tuple(sorted(evaluate[system.key]))) for system in systems], data, runs, args.jobs,
-                    train_args, more=search.requests if search else None, priority=priority)
+                    train_args, more=search.requests if search else None, priority=priority,
+                    gpus=args.gpus if args.gpus > 1 else 0)
     if search and not search.done():
         raise DataError("Table 1's search did not finish: a setting's run has no validation score (see the logs in "
                         f"{runs})")

@@ -155,7 +155,7 @@ class _Task:
 
 def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
                 arguments: Callable[[System], Sequence[str]], more: Optional[Callable[[], List[Request]]] = None,
-                priority: Callable[[System], int] = lambda system: 0) -> None:
+                priority: Callable[[System], int] = lambda system: 0, gpus: int = 0) -> None:
     """Train, decode and score systems (scripts/run_system.sh), ``jobs`` at a time, each with
     its extra fairseq-train ``arguments(system)``, then evaluated as requested for it (any of
     ``EVALUATIONS``: a system of Figure 3 alone needs no test decoding, a setting of Table 1's
@@ -166,12 +166,14 @@ def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
     twice before it starts runs once for both requests; one run of a system at a time. A
     fine-tuned system starts once the system it starts from has finished. Lowest ``priority``
     first, then in the order requested. Prints a line per start and finish; raises DataError
-    listing the failures at the end."""
+    listing the failures at the end. ``gpus`` > 1: each run gets a GPU no other run holds
+    (``CUDA_VISIBLE_DEVICES``), or waits for one."""
     scoring_consistency = os.path.isdir(os.path.join(data, "consistency"))
     requested: Dict[str, set] = {}
     systems: Dict[str, System] = {}
     pending: List[_Task] = []
     running: Dict[str, Tuple[subprocess.Popen, float, object, _Task]] = {}
+    gpu_of: Dict[str, int] = {}  # the GPU of each running system (gpus > 1)
     failed: Dict[str, str] = {}
     counts = {"started": 0, "done": 0}
     os.makedirs(runs, exist_ok=True)
@@ -206,6 +208,7 @@ def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
                 continue
             handle.close()
             del running[key]
+            gpu_of.pop(key, None)
             log_path = os.path.join(runs, f"{key}.log")
             if process.returncode == 0:
                 counts["done"] += 1
@@ -220,7 +223,7 @@ def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
                 add(more())
         pending.sort(key=lambda task: priority(task.system))  # stable: the order requested within a priority
         for task in list(pending):
-            if len(running) >= jobs:
+            if len(running) >= jobs or (gpus > 1 and len(gpu_of) >= gpus):
                 break
             system = task.system
             if system.key in running:
@@ -244,6 +247,9 @@ def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
                 continue
             counts["started"] += 1
             system_env = dict(os.environ, OMP_NUM_THREADS="1", EVALUATE=" ".join(evaluate))
+            if gpus > 1:
+                gpu_of[system.key] = min(set(range(gpus)) - set(gpu_of.values()))
+                system_env["CUDA_VISIBLE_DEVICES"] = str(gpu_of[system.key])
             if parent is not None:  # main() checked that every starts_from is in the plan
                 system_env["MEMORY_PRETRAINED"] = os.path.join(runs, parent.key, "checkpoint_best.pt")
             command = [os.path.join(ROOT, "scripts", "run_system.sh"), os.path.join(ROOT, system.config), data,
