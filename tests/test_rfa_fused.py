@@ -5,8 +5,9 @@ prefix the eager step kept as keys; the cross attention's read of its source sum
 inputs; the modules and a trained model's beam search.
 
 Without a CUDA device the kernels run on CPU tensors in Triton's interpreter, which Triton chooses
-when it is imported with ``TRITON_INTERPRET=1``: the variable is set for that one import, here, so
-nothing else in the run (other tests, the commands they start) sees it. That the same kernels
+when it is imported with ``TRITON_INTERPRET=1`` (and checks again when it imports parts of itself
+later): the variable is set for that import, here, and while this file's tests run, and restored
+after each, so that no other test file, nor a command one starts, sees it. That the same kernels
 compile for an H100 is checked by Triton's compiler, which needs no GPU (in a process of its own,
 without the interpreter). Triton is a GPU-side dependency (the ``gpu`` extra): without it these
 tests are skipped.
@@ -23,7 +24,7 @@ from conftest import assert_fp32_close, fp32_tolerance, low_precision_tolerance,
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # on a CPU: Triton's interpreter, for the import of Triton and the kernels' definitions here, and
-# while this file's tests run (Triton imports parts of itself on first use: interpreter_mode)
+# while this file's tests run (interpreter_mode)
 INTERPRETER = {"TRITON_INTERPRET": "1"} if DEVICE == "cpu" else {}
 
 
@@ -78,6 +79,7 @@ def interpreter_mode():
     previous = _set_environment(INTERPRETER)
     yield
     _set_environment(previous)
+
 
 PAD, SEP = 1, 3
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
@@ -226,7 +228,7 @@ def test_fused_causal_step_follows_the_formula_through_reorders_and_a_shrinking_
     features = feature.weight.size(-1) * (2 if feature.sine else 1)
     generator = torch.Generator().manual_seed(1)
     formula, prefix, storages = Formula(name, matrix, tau), {}, set()
-    # row orders after steps 1, 2 and 4: beams swap, then rows 0 and 3 leave, then row 1
+    # row orders after steps 1, 2 and 4: rows swap and one is copied, then the batch shrinks to 3 rows, then to 2
     orders = {1: torch.tensor([1, 0, 0, 3]), 2: torch.tensor([2, 1, 1]), 4: torch.tensor([0, 2])}
     batch = 4
     for step in range(6):
@@ -413,11 +415,15 @@ def test_fused_modules_decode_as_the_eager_ones_through_beam_reorders(gate):
                 assert (buffer.get("state") is not None) == (path == "fused" or t >= 4)
                 assert (cross._get_input_buffer(state).get("keys") is None) == (path == "fused")
                 before = None if buffer.get("state") is None else buffer["state"].data_ptr()
-                causal.reorder_incremental_state(state, order.to(DEVICE))
-                cross.reorder_incremental_state(state, order.to(DEVICE))
+                # after step 5 two reorders before the next step (the beams swap twice): the rows
+                # recorded are composed
+                swap = torch.arange(order.numel()).view(-1, beam).flip(-1).reshape(-1)
+                for reorder in [order] + ([swap] if t == 5 else []):
+                    causal.reorder_incremental_state(state, reorder.to(DEVICE))
+                    cross.reorder_incremental_state(state, reorder.to(DEVICE))
+                    rows = rows[reorder]
                 if path == "fused" and before is not None:
                     assert causal._get_input_buffer(state)["state"].data_ptr() == before  # rows recorded, no copy
-                rows = rows[order]
                 causal.hand_in()
         outputs[path] = steps
     terms = module_terms(causal, time)
