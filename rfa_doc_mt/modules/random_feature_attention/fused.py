@@ -79,8 +79,8 @@ def triton_available() -> bool:
 def uses_fused_decoding(module: nn.Module, tensor: Optional[Tensor]) -> bool:
     """Whether ``module`` decodes ``tensor`` (its step's input, or its decoding state) with the
     fused kernels: see the module docstring. The same answer for a module's step and its reorders."""
-    path = getattr(module, "decoding_path", "auto")
-    if tensor is None or path == "eager" or (torch.is_grad_enabled() and tensor.requires_grad):
+    path = module.decoding_path
+    if tensor is None or path == "eager" or (tensor.requires_grad and torch.is_grad_enabled()):
         return False
     if path == "fused":
         return True

@@ -60,6 +60,8 @@ class _RandomFeatureAttentionBase(HandOff, nn.Module):
 
     # the gate reads the query input (causal) or the encoder output (cross, ``kdim`` wide)
     gate_on_keys = False
+    # "auto", "eager" or "fused" (fused.set_decoding_path): which decoding step runs
+    decoding_path = "auto"
 
     def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, kdim: Optional[int] = None,
                  feature_map: str = "fourier", learned_tau: bool = False, gate: str = "none",
