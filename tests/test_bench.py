@@ -154,3 +154,42 @@ def test_decode_breakdown_times_each_decoder_part_and_restores_the_model():
     for module in (layer.self_attn, layer.encoder_attn, layer.fc1, model.decoder.output_projection):
         assert "forward" not in vars(module)
     assert "reorder_incremental_state" not in vars(layer.encoder_attn)
+
+
+def test_kernel_counter_counts_the_chosen_decoder_steps_and_stops_after_the_last():
+    """The decode benchmark's kernel counts: steps 1 and 2 of a decoding are profiled (the decoder
+    call and the cache reordering of each), on a CPU as top-level operators, and the decoding stops
+    once step 2 is counted; the ceiling (no attention) launches fewer operators per step than RFA."""
+    import torch
+    from conftest import build_model
+
+    import rfa_doc_mt  # noqa: F401  (registers the models)
+    from rfa_doc_mt.bench.decode_speed import (
+        KernelCounter,
+        StepsCounted,
+        Timer,
+        forced_length_beam_search,
+        remove_decoder_attention,
+    )
+    from rfa_doc_mt.models.build import dictionary_task, toy_dictionary
+
+    dictionary, separator = toy_dictionary(20)
+    options = ["--encoder-layers", "1", "--decoder-layers", "1", "--dropout", "0"]
+    generator = torch.Generator().manual_seed(5)
+    sample = {"net_input": {"src_tokens": torch.randint(4, 24, (2, 6), generator=generator),
+                            "src_lengths": torch.full((2,), 6)},
+              "target": torch.randint(4, 24, (2, 6), generator=generator)}
+    per_step = {}
+    for name, arch in (("rfa", "rfa_doc_transformer_tiny"), ("ceiling", "doc_transformer_tiny")):
+        model = build_model(arch, dictionary_task(dictionary, separator), *options)
+        if name == "ceiling":
+            model = remove_decoder_attention(model)
+        counter = KernelCounter("cpu", [1, 2])
+        timer = Timer("cpu")
+        with pytest.raises(StepsCounted):
+            forced_length_beam_search(model, sample, 2, dictionary.pad(), dictionary.eos(), timer, counter)
+        summary = counter.summary()
+        assert summary["steps"] == [1, 2] and summary["kernels_per_step"] is None  # no GPU
+        assert min(summary["operators"]) > 0
+        per_step[name] = summary["operators_per_step"]
+    assert per_step["ceiling"] < per_step["rfa"]

@@ -67,11 +67,11 @@ def save_figure(figure, out: str) -> None:
 
 
 def random_window_step(model, dictionary, separator: int, tokens: int, window_sentences: int, sentence_length: int,
-                       seed: int):
+                       seed: int, device: str = "cpu"):
     """A training step (forward, label-smoothed cross-entropy, backward; no optimiser update) of
     ``model`` on one fixed batch of random windows of ``window_sentences`` sentences of
     ``sentence_length`` tokens (the separator ending each, EOS the window), as many windows as make
-    ``tokens`` tokens. Returns (step function, windows, tokens in the batch)."""
+    ``tokens`` tokens, on ``device`` (the model's). Returns (step function, windows, tokens in the batch)."""
     import torch.nn.functional as F
 
     window = window_sentences * sentence_length
@@ -87,6 +87,7 @@ def random_window_step(model, dictionary, separator: int, tokens: int, window_se
     source, target = random_windows(), random_windows()
     previous = torch.cat([target[:, -1:], target[:, :-1]], dim=1)  # EOS first, as fairseq shifts
     lengths = torch.full((windows,), window)
+    source, target, previous, lengths = (t.to(device) for t in (source, target, previous, lengths))
 
     def step():
         model.zero_grad(set_to_none=True)

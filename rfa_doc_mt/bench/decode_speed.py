@@ -33,6 +33,16 @@ randomly initialised (only speed is measured), for each window size L, with beam
   Table 3 batch at L = 15 is 96): the batch curve, which ``plot`` then draws against the batch.
 * ``--profile N`` profiles one more batch of each model per L (torch.profiler) and keeps its N
   most expensive operations (self CPU time) in the JSON.
+* ``--rfa-decoding eager,fused`` decodes RFA on both paths, as two models with the same weights:
+  ``rfa`` (the eager step, a dozen operations per attention) and ``rfa_fused`` (one Triton kernel
+  per attention, modules/random_feature_attention/fused.py); ``fused_speedup`` is ``rfa_fused`` over
+  the transformer. The default is both on a GPU, the eager path alone on a CPU (where the fused path
+  runs only in Triton's interpreter, ``TRITON_INTERPRET=1``: a check of the code, not a speed).
+* ``--kernel-counts N`` profiles N decoder steps (1, 2, 4, ...) of one more, quarter-size batch per
+  model and L: what each step launches (the decoder's call and its cache reordering), as GPU kernels
+  (CUDA devices' events: kernels, copies, fills) and as top-level ATen operators, and their means.
+* ``--tiny`` uses the ``*_tiny`` architectures: a fast check of the code paths (e.g. on a CPU, of
+  the fused path in the interpreter), not a measurement.
 
 The JSON holds the machine, the commit, the settings and every run; ``plot`` draws the
 speedup per L from it (a separate step, so plots can be redrawn without re-running).
@@ -44,8 +54,8 @@ import math
 import os
 import sys
 import time
-from contextlib import contextmanager
-from typing import Dict, List, Optional
+from contextlib import contextmanager, nullcontext
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -64,6 +74,9 @@ PAPER_BATCH_SIZES = {1: 1024, 2: 512, 3: 512, 4: 256, 5: 256, 10: 128, 15: 96}
 WINDOW_SIZES = (1, 2, 3, 4, 5, 10, 15)
 QUICK_WINDOW_SIZES = (1, 4, 15)
 MODELS = {"transformer": "doc_transformer", "rfa": "rfa_doc_transformer"}
+# RFA on the fused decoding path (modules/random_feature_attention/fused.py), the same weights as "rfa"
+FUSED = "rfa_fused"
+DECODING_PATHS = {"eager": "rfa", "fused": FUSED}
 # the transformer with its decoder attention removed: what no attention variant can beat
 CEILING = "ceiling"
 
@@ -214,12 +227,16 @@ class Timer:
 
 
 @torch.no_grad()
-def forced_length_beam_search(model, sample: Dict, beam: int, pad: int, eos: int, timer: Timer) -> torch.Tensor:
+def forced_length_beam_search(model, sample: Dict, beam: int, pad: int, eos: int, timer: Timer,
+                              step_context: Optional[Callable] = None) -> torch.Tensor:
     """Beam search in which window b ends exactly after ``target_lengths[b]`` tokens (EOS last).
 
     Returns the best hypothesis per window ([batch, max_length]). Finished windows leave the
-    batch, and cached states are reordered, as in fairseq's SequenceGenerator.
+    batch, and cached states are reordered, as in fairseq's SequenceGenerator. ``step_context(step)``
+    (e.g. a :class:`KernelCounter`), when given, is entered around each step's decoder call and
+    around its cache reordering.
     """
+    step_context = step_context or (lambda step: nullcontext())
     net_input = sample["net_input"]
     src_tokens, src_lengths = net_input["src_tokens"], net_input["src_lengths"]
     target_lengths = sample["target"].ne(pad).sum(1)
@@ -239,7 +256,7 @@ def forced_length_beam_search(model, sample: Dict, beam: int, pad: int, eos: int
     best = torch.full((batch, max_length), pad, dtype=torch.long, device=device)
     beam_offsets = torch.arange(beam, device=device)
     for step in range(max_length):
-        with timer.forward():
+        with timer.forward(), step_context(step):
             logits, _ = model.decoder(tokens[:, :step + 1], encoder_out, incremental_state=incremental_state)
             lprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)
         vocab = lprobs.size(-1)
@@ -270,12 +287,81 @@ def forced_length_beam_search(model, sample: Dict, beam: int, pad: int, eos: int
             with timer.forward():
                 encoder_out = model.encoder.reorder_encoder_out(encoder_out, rows)
         # beams of a window share their encoder rows: only the decoder's caches follow new_order
-        with timer.forward("reorder"):
+        with timer.forward("reorder"), step_context(step):
             model.decoder.reorder_incremental_state_scripting(incremental_state, new_order)
     return best
 
 
-def decode_batch(model, dataset, indices: List[int], beam: int, device: str) -> Dict:
+class StepsCounted(Exception):
+    """Raised by :class:`KernelCounter` once its last step is counted: the decoding can stop."""
+
+
+class KernelCounter:
+    """What chosen decoder steps launch: entered (as ``step_context``) around each step's decoder
+    call and cache reordering, it profiles those of the steps in ``steps`` (torch.profiler) and adds
+    up, per step, the device's events (on a GPU: kernels, copies and fills, each one launch) and the
+    top-level operators: ATen operators and Triton kernel launches (``triton::`` annotations, made by
+    modules/random_feature_attention/fused.py while a profiler runs), the calls that launch them
+    (on a CPU the only count; there the operators inside Triton's interpreter are not counted).
+    After the last step's reordering it raises :class:`StepsCounted`."""
+
+    def __init__(self, device: str, steps):
+        self.cuda = device.startswith("cuda")
+        self.steps = set(steps)
+        self.counts: Dict[int, Dict[str, int]] = {}
+        self.entered: Dict[int, int] = {}
+
+    @contextmanager
+    def __call__(self, step: int):
+        if step not in self.steps:
+            yield
+            return
+        self.entered[step] = self.entered.get(step, 0) + 1
+        if step == max(self.steps) and self.entered[step] == 2:  # the last step's reordering
+            with self._profiled(step):
+                yield
+            raise StepsCounted()
+        with self._profiled(step):
+            yield
+
+    @contextmanager
+    def _profiled(self, step: int):
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        with profile(activities=activities) as profiler:
+            yield
+            if self.cuda:
+                torch.cuda.synchronize()
+        events = profiler.events()
+        counts = self.counts.setdefault(step, {"kernels": 0, "operators": 0})
+        counts["kernels"] += sum(1 for e in events if e.device_type == DeviceType.CUDA)
+        counts["operators"] += sum(1 for e in events if e.device_type == DeviceType.CPU and e.cpu_parent is None
+                                   and e.name.startswith(("aten::", "triton::")))
+
+    def summary(self) -> Dict:
+        steps = sorted(self.counts)
+        mean = {name: float(np.mean([self.counts[s][name] for s in steps])) if steps else None
+                for name in ("kernels", "operators")}
+        return {"steps": steps, "kernels": [self.counts[s]["kernels"] for s in steps],
+                "operators": [self.counts[s]["operators"] for s in steps],
+                "kernels_per_step": mean["kernels"] if self.cuda else None, "operators_per_step": mean["operators"]}
+
+
+def count_kernels(model, dataset, indices: List[int], beam: int, device: str, count: int) -> Dict:
+    """One more decoding of a batch, steps 1, 2, 4, ... (``count`` of them) profiled, until the last
+    of them: :class:`KernelCounter`'s summary, with the windows decoded."""
+    counter = KernelCounter(device, [2 ** i for i in range(count)])
+    try:
+        decode_batch(model, dataset, indices, beam, device, step_context=counter)
+    except StepsCounted:
+        pass
+    return dict(counter.summary(), windows=len(indices))
+
+
+def decode_batch(model, dataset, indices: List[int], beam: int, device: str,
+                 step_context: Optional[Callable] = None) -> Dict:
     from fairseq import utils
 
     sample = utils.move_to_cuda(dataset.collater([dataset[i] for i in indices]), device=torch.device(device)) \
@@ -284,7 +370,7 @@ def decode_batch(model, dataset, indices: List[int], beam: int, device: str) -> 
     timer = Timer(device)
     timer.sync()
     start = time.perf_counter()
-    forced_length_beam_search(model, sample, beam, dataset.pad, dataset.eos, timer)
+    forced_length_beam_search(model, sample, beam, dataset.pad, dataset.eos, timer, step_context)
     timer.sync()
     wall = time.perf_counter() - start
     tokens = int(sample["target"].ne(dataset.pad).sum())
@@ -339,24 +425,41 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
     speeds = {name: t["tokens"] / t["forward_seconds"] for name, t in totals.items()}
     wall_speeds = {name: t["tokens"] / t["wall_seconds"] for name, t in totals.items()}
     summary = {"window_size": window_size, "batch_size": len(batches[0]),
-               "tokens": totals["rfa"]["tokens"],
-               "tokens_per_second": speeds, "wall_tokens_per_second": wall_speeds,
-               "speedup": speeds["rfa"] / speeds["transformer"],
-               "wall_speedup": wall_speeds["rfa"] / wall_speeds["transformer"]}
+               "tokens": totals["transformer"]["tokens"],
+               "tokens_per_second": speeds, "wall_tokens_per_second": wall_speeds}
+    for name, key in (("rfa", "speedup"), (FUSED, "fused_speedup")):
+        if name in speeds:
+            summary[key] = speeds[name] / speeds["transformer"]
+            summary["wall_" + key] = wall_speeds[name] / wall_speeds["transformer"]
+    if "rfa" in speeds and FUSED in speeds:
+        summary["fused_over_eager"] = speeds[FUSED] / speeds["rfa"]
     summary["reorder_share"] = {name: t["reorder_seconds"] / t["forward_seconds"] for name, t in totals.items()}
     if CEILING in speeds:
         summary["ceiling_speedup"] = speeds[CEILING] / speeds["transformer"]
-        summary["rfa_share_of_ceiling"] = speeds["rfa"] / speeds[CEILING]
+        for name, key in (("rfa", "rfa_share_of_ceiling"), (FUSED, "rfa_fused_share_of_ceiling")):
+            if name in speeds:
+                summary[key] = speeds[name] / speeds[CEILING]
     if args.profile:
         summary["profile"] = {name: profile_batch(model, dataset, batches[0], args.beam, device, args.profile)
                               for name, model in models.items()}
-    print(f"L={window_size:2d}, {summary['batch_size']} windows per batch: transformer "
-          f"{speeds['transformer']:.1f} tokens/s, RFA {speeds['rfa']:.1f} tokens/s, RFA/transformer "
-          f"{summary['speedup']:.2f}x"
-          + (f"; ceiling/transformer {summary['ceiling_speedup']:.2f}x, RFA/ceiling "
-             f"{summary['rfa_share_of_ceiling']:.2f}" if CEILING in speeds else "")
-          + f"; cache reordering {summary['reorder_share']['transformer']:.0%} of the transformer's forward time",
-          flush=True)
+    if args.kernel_counts:
+        windows = batches[0][:max(1, len(batches[0]) // 4)]
+        summary["kernel_counts"] = {name: count_kernels(model, dataset, windows, args.beam, device, args.kernel_counts)
+                                    for name, model in models.items()}
+        unit = "kernels_per_step" if device.startswith("cuda") else "operators_per_step"
+        print(f"L={window_size:2d} {unit.replace('_', ' ')}: " + ", ".join(
+            f"{name} {counts[unit]:.0f}" for name, counts in summary["kernel_counts"].items()), flush=True)
+    line = (f"L={window_size:2d}, {summary['batch_size']} windows per batch: transformer "
+            f"{speeds['transformer']:.1f} tokens/s")
+    for name, key, label in (("rfa", "speedup", "RFA"), (FUSED, "fused_speedup", "RFA fused")):
+        if name in speeds:
+            line += f", {label} {speeds[name]:.1f} tokens/s ({label}/transformer {summary[key]:.2f}x)"
+    if CEILING in speeds:
+        line += f"; ceiling/transformer {summary['ceiling_speedup']:.2f}x"
+        if "rfa_share_of_ceiling" in summary:
+            line += f", RFA/ceiling {summary['rfa_share_of_ceiling']:.2f}"
+    print(line + f"; cache reordering {summary['reorder_share']['transformer']:.0%} of the transformer's forward "
+          f"time", flush=True)
     return summary
 
 
@@ -364,6 +467,7 @@ def run(args) -> Dict:
     import rfa_doc_mt  # noqa: F401  (registers the task and the models)
 
     from ..models import doc_transformer, rfa_transformer  # noqa: F401  (the two models compared)
+    from ..modules.random_feature_attention.fused import set_decoding_path
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -380,14 +484,21 @@ def run(args) -> Dict:
         batch_sizes = {L: explicit for L in window_sizes}
     else:
         batch_sizes = {L: [scaled_batch_size(L, batch_scale)] for L in window_sizes}
+    paths = decoding_paths(args)
+    architectures = {name: arch + ("_tiny" if args.tiny else "") for name, arch in MODELS.items()}
     result = {"machine": machine_info(device), "commit": commit_info(),
               "settings": {"data": os.path.abspath(args.data), "corpus": read_prep(args.data).get("corpus"),
                            "split": args.split, "beam": args.beam,
                            "window_sizes": window_sizes, "batch_scale": batch_scale,
                            "batch_sizes": batch_sizes,
                            "paper_batch_sizes": {L: PAPER_BATCH_SIZES[L] for L in window_sizes},
-                           "batches_per_window_size": num_batches, "models": MODELS, "dtype": args.dtype,
-                           "seed": args.seed, "quick": bool(args.quick),
+                           "batches_per_window_size": num_batches, "models": architectures,
+                           "rfa_decoding": {DECODING_PATHS[path]: path for path in paths}, "dtype": args.dtype,
+                           "seed": args.seed, "quick": bool(args.quick), "tiny": bool(args.tiny),
+                           "kernel_counts": args.kernel_counts and
+                           f"steps {[2 ** i for i in range(args.kernel_counts)]} of a quarter of the first batch: "
+                           "device events (kernels, copies, fills) and top-level ATen operators of the decoder "
+                           "call and the cache reordering",
                            "length": "forced to the reference window length",
                            "ceiling": None if args.no_ceiling else
                            "the transformer whose decoder attentions keep their per-token projections and "
@@ -396,20 +507,45 @@ def run(args) -> Dict:
               "runs": [], "summary": []}
     for window_size in window_sizes:
         task, dataset = load_windows(args.data, args.split, window_size, args.max_positions)
-        models = {name: build_model(task, arch, args.seed, args.max_positions, device, dtype)
-                  for name, arch in MODELS.items()}
+        models = {"transformer": build_model(task, architectures["transformer"], args.seed, args.max_positions,
+                                             device, dtype)}
+        for path in paths:  # the same weights (the same seed) on each decoding path
+            models[DECODING_PATHS[path]] = build_model(task, architectures["rfa"], args.seed, args.max_positions,
+                                                       device, dtype)
+            set_decoding_path(models[DECODING_PATHS[path]], path)
         if not args.no_ceiling:
             models[CEILING] = remove_decoder_attention(
-                build_model(task, MODELS["transformer"], args.seed, args.max_positions, device, dtype))
+                build_model(task, architectures["transformer"], args.seed, args.max_positions, device, dtype))
         for position, batch_size in enumerate(batch_sizes[window_size]):
             batches = choose_batches(dataset, window_size, batch_size, num_batches)
-            if position == 0:
+            if position == 0 and not args.tiny:  # --tiny checks the code paths: no measurement to warm up for
                 for name, model in models.items():  # warm-up: first calls allocate and pick kernels
                     decode_batch(model, dataset, batches[0][:max(1, batch_size // 4)], args.beam, device)
             result["summary"].append(measure_setting(models, dataset, window_size, batch_size, batches, args,
                                                      result["runs"]))
         del models
+        if args.out:  # what is measured so far, in case the run is cut short
+            write_json(dict(result, partial=f"up to L = {window_size}"), args.out)
     return record_load_at_end(result)
+
+
+def decoding_paths(args) -> List[str]:
+    """RFA's decoding paths to measure (``--rfa-decoding``): both on a GPU, eager on a CPU by default."""
+    from ..modules.random_feature_attention.fused import triton_available
+
+    default = "eager"
+    if args.device.startswith("cuda"):
+        if triton_available():
+            default = "eager,fused"
+        elif not args.rfa_decoding:
+            print("note: triton is not installed: RFA decodes on the eager path only", flush=True)
+    paths = [path.strip() for path in (args.rfa_decoding or default).split(",") if path.strip()]
+    unknown = sorted(set(paths) - set(DECODING_PATHS))
+    if unknown or not paths:
+        raise SystemExit(f"--rfa-decoding {args.rfa_decoding}: expected eager and/or fused")
+    if "fused" in paths and not args.device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") != "1":
+        raise SystemExit("--rfa-decoding fused on a CPU runs Triton's interpreter: set TRITON_INTERPRET=1")
+    return paths
 
 
 # ---------------------------------------------------------------------------------------
@@ -432,19 +568,24 @@ def plot(json_path: str, out: str) -> None:
     if len(set(sizes)) < len(sizes):
         return plot_batch_curve(result, summary, out, plt)
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
-    left.plot(sizes, [s["speedup"] for s in summary], marker="o", label="forward time")
-    left.plot(sizes, [s["wall_speedup"] for s in summary], marker="x", linestyle="--", label="wall time")
+    if all("speedup" in s for s in summary):
+        left.plot(sizes, [s["speedup"] for s in summary], marker="o", label="forward time")
+        left.plot(sizes, [s["wall_speedup"] for s in summary], marker="x", linestyle="--", label="wall time")
+    if all("fused_speedup" in s for s in summary):
+        left.plot(sizes, [s["fused_speedup"] for s in summary], marker="D", color="tab:green",
+                  label="fused step, forward time")
     if all("ceiling_speedup" in s for s in summary):
         left.plot(sizes, [s["ceiling_speedup"] for s in summary], marker="^", linestyle=":", color="grey",
                   label="ceiling: projections, no attention (bound)")
         for size, s in zip(sizes, summary):
-            left.annotate(f"{s['rfa_share_of_ceiling']:.2f}", (size, s["speedup"]), textcoords="offset points",
-                          xytext=(0, 6), ha="center", fontsize=7)
+            if "rfa_share_of_ceiling" in s:
+                left.annotate(f"{s['rfa_share_of_ceiling']:.2f}", (size, s["speedup"]), textcoords="offset points",
+                              xytext=(0, 6), ha="center", fontsize=7)
     left.axhline(1.0, color="grey", linewidth=0.8)
     left.set_xlabel("window size L (sentences)")
     left.set_ylabel("RFA speedup over transformer\n(labels: RFA ÷ ceiling)")
     left.legend()
-    for name, style in (("transformer", "s-"), ("rfa", "o-"), (CEILING, "^:")):
+    for name, style in (("transformer", "s-"), ("rfa", "o-"), (FUSED, "D-"), (CEILING, "^:")):
         if all(name in s["tokens_per_second"] for s in summary):
             right.plot(sizes, [s["tokens_per_second"][name] for s in summary], style, label=name)
     right.set_xlabel("window size L (sentences)")
@@ -469,11 +610,13 @@ def plot_batch_curve(result: Dict, summary: List[Dict], out: str, plt) -> None:
     for window_size in sorted({s["window_size"] for s in summary}):
         rows = [s for s in summary if s["window_size"] == window_size]
         batches = [s["batch_size"] for s in rows]
-        left.plot(batches, [s["speedup"] for s in rows], marker="o", label=f"RFA / transformer, L={window_size}")
+        for key, label in (("speedup", "RFA"), ("fused_speedup", "RFA fused")):
+            if all(key in s for s in rows):
+                left.plot(batches, [s[key] for s in rows], marker="o", label=f"{label} / transformer, L={window_size}")
         if all("ceiling_speedup" in s for s in rows):
             left.plot(batches, [s["ceiling_speedup"] for s in rows], marker="^", linestyle=":",
                       label=f"ceiling / transformer, L={window_size}")
-        for name, style in (("transformer", "s-"), ("rfa", "o-"), (CEILING, "^:")):
+        for name, style in (("transformer", "s-"), ("rfa", "o-"), (FUSED, "D-"), (CEILING, "^:")):
             if all(name in s["tokens_per_second"] for s in rows):
                 right.plot(batches, [s["tokens_per_second"][name] for s in rows], style,
                            label=f"{name}, L={window_size}")
@@ -515,6 +658,14 @@ def main(argv=None) -> int:
     run_parser.add_argument("--quick", action="store_true", help="L in {1,4,15}, small batches, one batch each")
     run_parser.add_argument("--profile", type=int, default=0, metavar="N",
                             help="profile one batch per model and L; keep its N most expensive operations")
+    run_parser.add_argument("--rfa-decoding", metavar="PATH[,PATH]",
+                            help="RFA's decoding paths, eager and/or fused (default: both with --device cuda, eager "
+                                 "on a CPU; fused on a CPU needs TRITON_INTERPRET=1)")
+    run_parser.add_argument("--kernel-counts", type=int, default=0, metavar="N",
+                            help="profile decoder steps 1, 2, 4, ... (N of them) of a quarter batch per model and L: "
+                                 "kernels and operators launched per step")
+    run_parser.add_argument("--tiny", action="store_true",
+                            help="the *_tiny architectures: a fast check of the code paths, not a measurement")
     run_parser.add_argument("--no-ceiling", action="store_true",
                             help="skip the third model, the transformer without decoder attention "
                                  "(the bound on any attention's speedup)")

@@ -11,8 +11,14 @@ the other, never two at once:
 
 * ``seconds_per_step``: the median of ``--steps`` timed steps after one warm-up step;
 * ``tokens_per_second``: target tokens / ``seconds_per_step``;
-* ``peak_mb``: the peak resident memory the steps add above the built model (``ru_maxrss``
-  after the steps minus before the first one): what the step's activations cost.
+* ``peak_mb``: the peak memory the steps add above the built model: on a CPU the resident memory
+  (``ru_maxrss`` after the steps minus before the first one), with ``--device cuda`` the GPU memory
+  allocated (``torch.cuda.max_memory_allocated`` minus what the model and batch held before): what
+  the step's activations and gradients cost.
+
+With ``--device cuda`` every step ends with a synchronisation, so that its time is the GPU's.
+``--tiny`` uses the ``*_tiny`` architectures: a fast check of the code paths, not a measurement.
+A measurement that fails (e.g. out of memory) is recorded with its error, and the others go on.
 
 The JSON holds the machine, the commit, the settings and each measurement, with
 ``rfa_over_transformer`` (RFA's step time ÷ the transformer's) per L.
@@ -38,26 +44,41 @@ def measure(args) -> Dict:
     from ..models.build import build_model, dictionary_task, toy_dictionary
 
     torch.set_num_threads(args.threads)
+    cuda = args.device.startswith("cuda")
     dictionary, separator = toy_dictionary(args.vocabulary - 5)  # with the 4 special symbols and <sep>
-    model = build_model(MODELS[args.model], dictionary_task(dictionary, separator), seed=args.seed,
-                        share_all_embeddings=True, max_source_positions=2048, max_target_positions=2048).train()
+    arch = MODELS[args.model] + ("_tiny" if args.tiny else "")
+    model = build_model(arch, dictionary_task(dictionary, separator), seed=args.seed,
+                        share_all_embeddings=True, max_source_positions=2048, max_target_positions=2048)
+    model = model.to(args.device).train()
     step, windows, batch_tokens = random_window_step(model, dictionary, separator, args.tokens, args.window_size,
-                                                     args.sentence_length, args.seed)
+                                                     args.sentence_length, args.seed, device=args.device)
+    if cuda:
+        synchronised = step
 
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        def step():
+            synchronised()
+            torch.cuda.synchronize(args.device)
+
+        torch.cuda.synchronize(args.device)
+        torch.cuda.reset_peak_memory_stats(args.device)
+        before = torch.cuda.memory_allocated(args.device)
+    else:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     seconds = timed_steps(step, args.steps)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = torch.cuda.max_memory_allocated(args.device) if cuda else \
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     per_step = statistics.median(seconds)
-    return {"model": args.model, "window_size": args.window_size, "windows": windows,
+    return {"model": args.model, "arch": arch, "window_size": args.window_size, "windows": windows,
             "tokens": batch_tokens, "seconds_per_step": per_step, "step_seconds": seconds,
-            "tokens_per_second": batch_tokens / per_step, "peak_mb": (peak - before) / 1024}
+            "tokens_per_second": batch_tokens / per_step, "peak_mb": (peak - before) / 2 ** 20,
+            "peak_memory": "GPU memory allocated" if cuda else "resident memory (ru_maxrss)"}
 
 
 def run(args) -> Dict:
-    result = {"machine": machine_info("cpu"), "commit": commit_info(),
+    result = {"machine": machine_info(args.device), "commit": commit_info(),
               "settings": {"window_sizes": args.window_sizes, "tokens": args.tokens, "steps": args.steps,
                            "sentence_length": args.sentence_length, "vocabulary": args.vocabulary,
-                           "threads": args.threads, "models": MODELS,
+                           "threads": args.threads, "models": MODELS, "device": args.device, "tiny": args.tiny,
                            "step": "forward + label-smoothed cross-entropy + backward, no optimiser update"},
               "runs": [], "summary": []}
     for window_size in args.window_sizes:
@@ -66,13 +87,21 @@ def run(args) -> Dict:
             command = [sys.executable, "-m", "rfa_doc_mt.bench.training_speed", "measure", "--model", name,
                        "--window-size", str(window_size), "--tokens", str(args.tokens), "--steps", str(args.steps),
                        "--sentence-length", str(args.sentence_length), "--vocabulary", str(args.vocabulary),
-                       "--threads", str(args.threads), "--seed", str(args.seed)]
-            done = subprocess.run(command, capture_output=True, text=True, check=True)
+                       "--threads", str(args.threads), "--seed", str(args.seed), "--device", args.device] + \
+                (["--tiny"] if args.tiny else [])
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                error = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+                result["runs"].append({"model": name, "window_size": window_size, "error": error[0]})
+                print(f"L={window_size:2d} {name:11s} failed: {error[0]}", flush=True)
+                continue
             figures[name] = json.loads(done.stdout.strip().splitlines()[-1])
             result["runs"].append(figures[name])
             print(f"L={window_size:2d} {name:11s} {figures[name]['tokens']:6d} tokens "
                   f"{figures[name]['seconds_per_step']:7.2f} s/step {figures[name]['tokens_per_second']:8.1f} tokens/s "
                   f"peak +{figures[name]['peak_mb']:7.1f} MB", flush=True)
+        if len(figures) < len(MODELS):
+            continue
         ratio = figures["rfa"]["seconds_per_step"] / figures["transformer"]["seconds_per_step"]
         memory_ratio = figures["rfa"]["peak_mb"] / max(figures["transformer"]["peak_mb"], 1e-9)
         result["summary"].append({"window_size": window_size, "rfa_over_transformer": ratio,
@@ -95,6 +124,9 @@ def main(argv=None) -> int:
         sub.add_argument("--vocabulary", type=int, default=10000)
         sub.add_argument("--threads", type=int, default=1)
         sub.add_argument("--seed", type=int, default=1)
+        sub.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+        sub.add_argument("--tiny", action="store_true",
+                         help="the *_tiny architectures: a fast check of the code paths, not a measurement")
         if name == "run":
             sub.add_argument("--window-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 15])
             sub.add_argument("--out", required=True, help="JSON file to write")
@@ -102,6 +134,8 @@ def main(argv=None) -> int:
             sub.add_argument("--model", choices=sorted(MODELS), required=True)
             sub.add_argument("--window-size", type=int, required=True)
     args = parser.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
     if args.command == "measure":
         print(json.dumps(measure(args)))
         return 0

@@ -41,6 +41,9 @@ The package, by form (DESIGN.md, "three forms, one truth"):
   prefix is kept as its keys and values while that is less than the state, 32 tokens at the
   paper's sizes; cross attention reads its cached source summary at every step; the features of
   a step come from :class:`.features.DecodingFeatureMap`, one batched product over heads);
+* :mod:`.fused`: the decoding step of both attentions fused into one Triton kernel each
+  (:mod:`.triton_kernels`), for GPUs, where the eager step's dozen small operations are bound by
+  their launches; chosen on CUDA tensors when Triton is installed, the eager step everywhere else;
 * :mod:`.layers`: the attention modules that fairseq's layers call.
 
 The causal forms share one signature, ``(phi_q, phi_k, v, log_forget, key_weight,

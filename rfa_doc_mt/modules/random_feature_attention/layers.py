@@ -21,6 +21,7 @@ from .features import (
     projection_of,
     unit_vectors,
 )
+from .fused import fused_causal_step, fused_cross_read, uses_fused_decoding
 from .gates import GATE_VARIANTS, final_key_weights, sentence_gates
 from .incremental import PREFIX_NAMES, causal_decoding_step
 from .state import column_major_state, is_column_major, normalised, select_rows
@@ -59,6 +60,8 @@ class _RandomFeatureAttentionBase(HandOff, nn.Module):
 
     # the gate reads the query input (causal) or the encoder output (cross, ``kdim`` wide)
     gate_on_keys = False
+    # "auto", "eager" or "fused" (fused.set_decoding_path): which decoding step runs
+    decoding_path = "auto"
 
     def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, kdim: Optional[int] = None,
                  feature_map: str = "fourier", learned_tau: bool = False, gate: str = "none",
@@ -202,13 +205,15 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
         buffer = self._get_input_buffer(incremental_state)
         qkv = self.in_proj(query[0]).view(batch, 3, self.num_heads, self.head_dim)
         with full_precision(query):
-            # decoding is inference: the fixed evaluation matrix, whatever the mode. q̂ and k̂
-            # head-major, [heads, batch x (q, k), head_dim]: one product for both
-            units = unit_vectors(qkv[:, :2].permute(2, 0, 1, 3))
-            phi = self.decoding_features(buffer)(units.view(self.num_heads, 2 * batch, self.head_dim))
-            phi = phi.view(self.num_heads, batch, 2, -1).transpose(0, 1)  # [batch, heads, (q, k), F]
-            phi_q, phi_k = phi[:, :, 0], phi[:, :, 1]
-            v = qkv[:, 2].float()
+            fused = uses_fused_decoding(self, qkv)  # one kernel from q, k, v to the output (fused.py)
+            if not fused:
+                # decoding is inference: the fixed evaluation matrix, whatever the mode. q̂ and k̂
+                # head-major, [heads, batch x (q, k), head_dim]: one product for both
+                units = unit_vectors(qkv[:, :2].permute(2, 0, 1, 3))
+                phi = self.decoding_features(buffer)(units.view(self.num_heads, 2 * batch, self.head_dim))
+                phi = phi.view(self.num_heads, batch, 2, -1).transpose(0, 1)  # [batch, heads, (q, k), F]
+                phi_q, phi_k = phi[:, :, 0], phi[:, :, 1]
+                v = qkv[:, 2].float()
             forget = key_weight = None
             if self.gate_variant != "none":
                 starts = self._require_sentence_starts((batch, 1))[:, 0].unsqueeze(-1)  # [batch, 1]
@@ -228,7 +233,10 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
                 if forget is not None:
                     forget = torch.where(keep.bool(), forget, torch.ones_like(forget))
             prefix = {name: buffer.get(name) for name in PREFIX_NAMES}
-            out = causal_decoding_step(phi_q, phi_k, v, prefix, forget, key_weight)
+            if fused:
+                out = fused_causal_step(qkv, self.decoding_features(buffer), prefix, forget, key_weight)
+            else:
+                out = causal_decoding_step(phi_q, phi_k, v, prefix, forget, key_weight)
             buffer.update(prefix)
         self._set_input_buffer(incremental_state, buffer)
         return self.out_proj(out.to(qkv.dtype).reshape(1, batch, self.embed_dim))
@@ -245,13 +253,15 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
         if not buffer:
             return incremental_state
         rows = new_order.size(0)
-        if buffer.get("keys") is not None:
+        # the fused step reads its state at the recorded rows (fused.py), as the keys form does
+        deferred = buffer.get("keys") is not None or uses_fused_decoding(self, buffer.get("state"))
+        if deferred:
             taken = buffer.get("rows")
             buffer["rows"] = new_order if taken is None else taken.index_select(0, new_order)
         for name, value in list(buffer.items()):
             if value is None or name in DECODING_FEATURE_NAMES or name.startswith("spare_") or \
-                    name in ("keys", "values", "rows"):
-                continue  # the feature map: one for every row; the keys: above
+                    name in ("keys", "values", "rows") or (deferred and name == "state"):
+                continue  # the feature map: one for every row; the keys and a fused state: above
             if name != "state" or value.requires_grad:
                 buffer[name] = value.index_select(0, new_order)
                 continue
@@ -356,7 +366,8 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
         k, v, key_weight = self._source_projections(key, key_padding_mask, sentence_starts)
         batch, heads, source, _ = k.shape
         with full_precision(key):
-            if keys_form_is_cheaper(source, self.features, self.head_dim + 1):
+            # the fused step reads the state form only (fused.py)
+            if keys_form_is_cheaper(source, self.features, self.head_dim + 1) and not uses_fused_decoding(self, k):
                 return cross_rfa_summary(self.features_of(k, random_matrix), v, key_weight)
             # column-major (state.py): [S, z]ᵀ = [w v, w]ᵀ φ(K) per head
             stored = v.new_empty(batch, heads, self.head_dim + 1, self.features)
@@ -451,6 +462,9 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
         sources = stored if rows is None else rows.numel()
         beams = batch // sources
         q = self.q_proj(query)
+        if feature_map is not None and time == 1 and uses_fused_decoding(self, q):  # one kernel (fused.py)
+            out = fused_cross_read(q.view(batch, self.num_heads, self.head_dim), feature_map, summary, rows)
+            return out.view(1, batch, self.embed_dim)
         with full_precision(query):
             heads_q = q.view(time, sources, beams, self.num_heads, self.head_dim)
             # phi_q [sources, heads, beams*time, F]: the beams of a source read the same summary

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# RFA against the transformer on one GPU, eager and fused decoding (docs/benchmarks.md, On a GPU):
+#   scripts/bench_gpu.sh OUT_DIR [--data DIR] [--dtype2 fp16|bf16] [--dry-run]
+# Plan, sized for at most 8 minutes on one H100: the three steps share a budget of 465 s, each capped
+# (a step that fails or runs out of time leaves what it measured, and the next step runs):
+#   1. decode speed in fp32 (cap 240 s, expected ~3 min): the paper's batches (--batch-scale 1), L = 1,2,3,4,5,10,15,
+#      beam 4, outputs forced to the reference length, one batch per L; the transformer, RFA on the eager
+#      path, RFA on the fused path (Triton kernels) and the ceiling in one process; the kernels each model's
+#      decoder steps launch (torch.profiler, steps 1, 2, 4, ..., 32 of a quarter batch) -> OUT_DIR/fp32/
+#   2. training speed (cap 75 s, expected ~1 min): a training step of the transformer and RFA at L = 1, 4, 15
+#      on the GPU, seconds and peak GPU memory per step -> OUT_DIR/training.json
+#   3. decode speed in --dtype2 (default fp16; cap 150 s, expected ~2.5 min): as 1, without the kernel
+#      counts -> OUT_DIR/<dtype2>/ (cut short, its JSON keeps the L measured)
+#   4. the plots of runs cut short, and the tables (Markdown) -> printed and OUT_DIR/tables.md
+# Source text: as scripts/bench_decode_speed.sh (IWSLT15's test talks, prepared on first use from
+# ../shared/data/iwslt15-zh-en, else the synthetic corpus; --data DIR: a prepared corpus).
+# --dry-run: the same steps on this machine's CPU, in under a minute, to check the script and the
+# code paths: the *_tiny models, one window of L = 1, beam 2, bf16 as the second dtype, and the
+# fused path in Triton's interpreter (TRITON_INTERPRET=1; needs triton installed). Not a measurement.
+# Exit status: 0 when every step succeeded; the log names the steps that failed.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+help_requested "$@"
+[ $# -ge 1 ] || die "usage: $0 OUT_DIR [--data DIR] [--dtype2 fp16|bf16] [--dry-run]"
+OUT=$1; shift
+DATA=""
+DTYPE2=fp16
+DRY_RUN=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --data) [ $# -ge 2 ] || die "--data needs a directory"; DATA=$2; shift 2 ;;
+    --dtype2) [ $# -ge 2 ] || die "--dtype2 needs fp16 or bf16"; DTYPE2=$2; shift 2 ;;
+    --dry-run) DRY_RUN=1; shift ;;
+    *) die "unknown option $1" ;;
+  esac
+done
+mkdir -p "$OUT"
+FAILED=()
+STARTED=$SECONDS
+
+# step NAME CAP COMMAND...: run COMMAND, logged, for at most CAP seconds and never past the budget (a
+# step with under 30 seconds left is skipped); a failure is recorded, not fatal
+step() {
+  local name=$1 limit=$2; shift 2
+  local left=$((BUDGET - (SECONDS - STARTED)))
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -lt 30 ]; then
+    FAILED+=("$name (skipped: ${left}s of the budget left)")
+    log "step $name skipped: ${left}s of the ${BUDGET}s budget left"
+    return 0
+  fi
+  log "step $name (at most ${limit}s; $((SECONDS - STARTED))s elapsed): $*"
+  local status=0
+  timeout --signal=TERM --kill-after=15 "$limit" "$@" || status=$?
+  if [ "$status" -eq 0 ]; then
+    log "step $name done"
+    return 0
+  fi
+  if [ "$status" -eq 124 ]; then
+    FAILED+=("$name (out of time after ${limit}s)")
+  else
+    FAILED+=("$name (exit status $status)")
+  fi
+  log "step $name failed (exit status $status); what it wrote is kept"
+}
+
+if [ "$DRY_RUN" = 1 ]; then
+  DEVICE=cpu
+  DTYPE2=bf16
+  export TRITON_INTERPRET=1  # the fused kernels on CPU tensors, in Triton's interpreter
+  "$PYTHON" -c 'import triton' 2>/dev/null || die "--dry-run checks the fused path: install triton (the gpu extra)"
+  DECODE=(--device cpu --tiny --window-sizes 1 --batch-sizes 1 --batches 1 --beam 2 --threads 1)
+  KERNEL_COUNTS=(--kernel-counts 2)
+  TRAINING=(--device cpu --tiny --window-sizes 1 --tokens 256 --steps 1)
+  LIMITS=(120 60 120)
+  BUDGET=300
+else
+  DEVICE=cuda
+  "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+    || die "no CUDA device (use --dry-run to check the script on a CPU)"
+  "$PYTHON" -c 'import triton' 2>/dev/null \
+    || die "triton is not installed: pip install -c requirements.txt triton (the gpu extra)"
+  DECODE=(--device cuda --batch-scale 1 --batches 1 --threads 4)
+  KERNEL_COUNTS=(--kernel-counts 6)
+  TRAINING=(--device cuda --window-sizes 1,4,15 --steps 3 --threads 4)
+  LIMITS=(240 75 150)
+  BUDGET=465  # seconds for the three steps: with the checks and the tables, 8 minutes
+fi
+export KINETO_LOG_LEVEL=${KINETO_LOG_LEVEL:-5}  # the profiler's own messages: errors only
+DATA_ARGS=()
+[ -z "$DATA" ] || DATA_ARGS=(--data "$DATA")
+"$PYTHON" -c 'import torch; print("torch", torch.__version__, "|", torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU")' >&2
+
+step "decode fp32" "${LIMITS[0]}" "$ROOT/scripts/bench_decode_speed.sh" --out "$OUT/fp32" \
+  ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --dtype fp32 --rfa-decoding eager,fused "${DECODE[@]}" "${KERNEL_COUNTS[@]}"
+step "training" "${LIMITS[1]}" "$PYTHON" -m rfa_doc_mt.bench.training_speed run --out "$OUT/training.json" \
+  "${TRAINING[@]}"
+step "decode $DTYPE2" "${LIMITS[2]}" "$ROOT/scripts/bench_decode_speed.sh" --out "$OUT/$DTYPE2" \
+  ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --dtype "$DTYPE2" --rfa-decoding eager,fused "${DECODE[@]}"
+
+DECODED=()
+for dtype in fp32 "$DTYPE2"; do
+  [ -f "$OUT/$dtype/decode_speed.json" ] && DECODED+=("$OUT/$dtype/decode_speed.json")
+done
+TRAINED=()
+[ -f "$OUT/training.json" ] && TRAINED+=("$OUT/training.json")
+for dtype in fp32 "$DTYPE2"; do  # a run cut short leaves its JSON (every L so far) but no plot
+  if [ -f "$OUT/$dtype/decode_speed.json" ] && [ ! -f "$OUT/$dtype/decode_speed.png" ]; then
+    "$PYTHON" -m rfa_doc_mt.bench.decode_speed plot "$OUT/$dtype/decode_speed.json" \
+      --out "$OUT/$dtype/decode_speed.png" || FAILED+=("plot $dtype")
+  fi
+done
+"$PYTHON" -m rfa_doc_mt.bench.speed_table --decode ${DECODED[@]+"${DECODED[@]}"} \
+  --training ${TRAINED[@]+"${TRAINED[@]}"} | tee "$OUT/tables.md" || FAILED+=("tables")
+log "bench_gpu: $((SECONDS - STARTED))s on $DEVICE; results in $OUT"
+if [ ${#FAILED[@]} -gt 0 ]; then
+  log "steps that failed: ${FAILED[*]}"
+  exit 1
+fi

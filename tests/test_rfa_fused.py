@@ -1,0 +1,486 @@
+"""RFA's fused decoding step (modules/random_feature_attention/fused.py, triton_kernels.py) computes
+what the formulas and the eager step compute: the causal step from an empty prefix, through gates
+(one per head or one per feature), key weights, beam reorders and a shrinking batch, continuing a
+prefix the eager step kept as keys; the cross attention's read of its source summary; bf16/fp16
+inputs; the modules and a trained model's beam search.
+
+Without a CUDA device the kernels run on CPU tensors in Triton's interpreter, which Triton chooses
+when it is imported with ``TRITON_INTERPRET=1`` (and checks again when it imports parts of itself
+later): the variable is set for that import, here, and while this file's tests run, and restored
+after each, so that no other test file, nor a command one starts, sees it. That the same kernels
+compile for an H100 is checked by Triton's compiler, which needs no GPU (in a process of its own,
+without the interpreter). Triton is a GPU-side dependency (the ``gpu`` extra): without it these
+tests are skipped.
+"""
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import assert_fp32_close, fp32_tolerance, low_precision_tolerance, transformer_terms
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# on a CPU: Triton's interpreter, for the import of Triton and the kernels' definitions here, and
+# while this file's tests run (interpreter_mode)
+INTERPRETER = {"TRITON_INTERPRET": "1"} if DEVICE == "cpu" else {}
+
+
+def _set_environment(values):
+    previous = {name: os.environ.get(name) for name in values}
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    return previous
+
+
+_previous = _set_environment(INTERPRETER)
+try:
+    pytest.importorskip("triton", reason="Triton is not installed (the 'gpu' extra): the fused decoding kernels "
+                                         "are tested only with it")
+    from rfa_doc_mt.modules.random_feature_attention import triton_kernels  # noqa: F401  (defined as interpreted)
+finally:
+    _set_environment(_previous)
+
+from fairseq import checkpoint_utils, search  # noqa: E402
+from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
+
+import rfa_doc_mt  # noqa: E402, F401  (registers the task and models)
+from rfa_doc_mt.modules.random_feature_attention import (  # noqa: E402
+    RandomFeatureCausalAttention,
+    RandomFeatureCrossAttention,
+    causal_decoding_step,
+    orthogonal_random_matrices,
+)
+from rfa_doc_mt.modules.random_feature_attention.features import (  # noqa: E402
+    MIN_TAU,
+    UNIT_NORM_FLOOR,
+    DecodingFeatureMap,
+    unit_vectors,
+)
+from rfa_doc_mt.modules.random_feature_attention.fused import (  # noqa: E402
+    fused_causal_step,
+    fused_cross_read,
+    set_decoding_path,
+    uses_fused_decoding,
+)
+from rfa_doc_mt.modules.random_feature_attention.state import NORMALISER_FLOOR, column_major_state  # noqa: E402
+from rfa_doc_mt.modules.sentences import sentence_starts  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread", "interpreter_mode")
+
+
+@pytest.fixture(scope="module")
+def interpreter_mode():
+    previous = _set_environment(INTERPRETER)
+    yield
+    _set_environment(previous)
+
+
+PAD, SEP = 1, 3
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+# tiny sizes (the interpreter runs every program in Python): 2 heads of 8, 4 projections
+HEADS, HEAD_DIM, PROJECTIONS = 2, 8, 4
+# roundings of one feature besides its angle's sum: the unit vector's division and square root,
+# sin/cos/exp (each within 2 ulps: numpy's and CUDA's libm), the scale
+FEATURE_ROUNDINGS = 6
+
+
+def feature_map(name, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    matrix = orthogonal_random_matrices(generator, 1, HEADS, PROJECTIONS, HEAD_DIM)[0]
+    tau = torch.rand(HEADS, generator=generator) + 0.6
+    return DecodingFeatureMap.build(name, matrix, tau), matrix, tau
+
+
+def to_device(feature):
+    return DecodingFeatureMap("fourier" if feature.sine else "positive", feature.weight.to(DEVICE),
+                              feature.offset.to(DEVICE))
+
+
+def features64(units, matrix, tau, name):
+    """φ(x̂) in float64 from the formula (features.py): units [..., head_dim] per head on dim -2."""
+    projection = matrix.double() / tau.double().clamp_min(MIN_TAU).view(-1, 1, 1)  # [heads, D, head_dim]
+    angles = torch.einsum("...hd,hjd->...hj", units, projection)
+    scale = 1 / math.sqrt(PROJECTIONS)
+    if name == "fourier":
+        return torch.cat([angles.sin(), angles.cos()], dim=-1) * scale
+    return torch.exp(angles - tau.double().clamp_min(MIN_TAU).pow(-2).view(-1, 1)) * scale
+
+
+def units64(x):
+    x = x.double()
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(UNIT_NORM_FLOOR)
+
+
+def feature_error_scale(phi, matrix, tau, name):
+    """The size against which a feature's rounding is relative, per feature: its angle sums
+    head_dim terms x̂_d w_jd/τ, whose rounding is relative to |w_j|/τ (Cauchy-Schwarz, |x̂| = 1), and
+    sin/cos move by at most that (times the scale), exp by that relative to its value."""
+    row_norms = (matrix.double().norm(dim=-1) / tau.double().clamp_min(MIN_TAU).view(-1, 1))  # [heads, D]
+    angle_scale = row_norms.clamp_min(1.0)
+    if name == "fourier":
+        per_feature = torch.cat([angle_scale, angle_scale], dim=-1) / math.sqrt(PROJECTIONS)
+        return per_feature.expand_as(phi)
+    return phi.abs() * angle_scale
+
+
+def readout64(phi_q, state):
+    """out = (φ(q) S)[:dv] / max((φ(q) S)[dv], floor) in float64: phi_q [..., F], state [..., F, dv + 1]."""
+    read = torch.einsum("...f,...fc->...c", phi_q, state)
+    return read[..., :-1] / read[..., -1:].clamp_min(NORMALISER_FLOOR)
+
+
+def readout_magnitude(phi_q, error_q, state, abs_state, out):
+    """The size of the terms behind a normalised readout's rounding, per output: Σ_f e_f (|S_fc| +
+    |out_c| |z_f|) / den, with e_f = max(|φ_f|, the size of feature f's rounding), |S| and |z| the
+    state's sums of absolute values and den the (floored) normaliser: a first-order bound on how the
+    roundings of the features, the numerator and the normaliser reach the quotient (a Fourier
+    normaliser near its floor makes it large: the readout is then ill-conditioned)."""
+    error_q = torch.maximum(phi_q.abs(), error_q)
+    numerator = torch.einsum("...f,...fc->...c", error_q, abs_state[..., :-1])
+    normaliser = torch.einsum("...f,...f->...", error_q, abs_state[..., -1]).unsqueeze(-1)
+    denominator = torch.einsum("...f,...f->...", phi_q, state[..., -1]).clamp_min(NORMALISER_FLOOR).unsqueeze(-1)
+    return (numerator + out.abs() * normaliser) / denominator
+
+
+def assert_within_rounding(actual, expected, terms, magnitude, name, extra=0.0):
+    """|actual - expected| <= fp32_tolerance(terms, magnitude) + extra, element by element
+    (``magnitude``: a tensor of each element's size of terms, conftest's convention per element)."""
+    bound = fp32_tolerance(terms, 1.0) * magnitude + extra
+    difference = (actual.detach().double().cpu() - expected.double()).abs()
+    assert torch.isfinite(actual).all()
+    worst = (difference / bound).max().item()
+    print(f"[fp32] {name}: largest difference {difference.max().item():.3g}, at most {worst:.2g} of its bound "
+          f"({terms} terms, sizes up to {magnitude.max().item():.3g})")
+    assert worst <= 1.0, f"{name}: a difference beyond its rounding bound ({worst:.3g} x)"
+
+
+def causal_terms(steps):
+    """Roundings along a causal step's longest path: the unit vector (head_dim), the angle
+    (head_dim), the feature (FEATURE_ROUNDINGS), the readout's sum over the features (F), the
+    state's sum over the steps (each a gate, a product and a sum) and the division."""
+    return 2 * HEAD_DIM + FEATURE_ROUNDINGS + 2 * PROJECTIONS + 3 * steps + 1
+
+
+class Formula:
+    """Causal RFA decoding from the formula, in float64 (package docstring)::
+
+        S_t = f_t ⊙ S_{t-1} + c_t φ(k_t) [v_t, 1]ᵀ,   out_t = (φ(q_t) S_t)[:dv] / max((φ(q_t) S_t)[dv], floor)
+
+    with f_t one number per head or one per feature; beam search's reorders gather the rows of S.
+    Also carries the state of absolute values (of the features' rounding scales and |v|), which
+    bounds how far two fp32 evaluations can drift apart."""
+
+    def __init__(self, name, matrix, tau):
+        self.name, self.matrix, self.tau = name, matrix, tau
+        self.state = self.abs_state = None
+
+    def step(self, qkv, forget=None, key_weight=None):
+        q, k, v = (units64(qkv[:, 0]), units64(qkv[:, 1]), qkv[:, 2].double())
+        phi_q, phi_k = features64(q, self.matrix, self.tau, self.name), features64(k, self.matrix, self.tau,
+                                                                                   self.name)
+        error_k = feature_error_scale(phi_k, self.matrix, self.tau, self.name)
+        error_q = feature_error_scale(phi_q, self.matrix, self.tau, self.name)
+        if key_weight is not None:
+            phi_k, error_k = phi_k * key_weight.double().unsqueeze(-1), error_k * key_weight.double().unsqueeze(-1)
+        values = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
+        added = phi_k.unsqueeze(-1) * values.unsqueeze(-2)
+        abs_added = torch.maximum(phi_k.abs(), error_k).unsqueeze(-1) * values.abs().unsqueeze(-2)
+        if self.state is None:
+            self.state, self.abs_state = added, abs_added
+        else:
+            gate = 1.0 if forget is None else forget.double().view(*forget.shape[:2], -1, 1)
+            self.state, self.abs_state = gate * self.state + added, gate * self.abs_state + abs_added
+        out = readout64(phi_q, self.state)
+        return out, readout_magnitude(phi_q, error_q, self.state, self.abs_state, out)
+
+    def reorder(self, order):
+        self.state, self.abs_state = self.state[order], self.abs_state[order]
+
+
+def random_gates(kind, batch, generator, features):
+    if kind == "none":
+        return None, None
+    key_weight = torch.rand(batch, HEADS, generator=generator)
+    if kind == "head":
+        return torch.rand(batch, HEADS, generator=generator), key_weight
+    return torch.rand(batch, HEADS, features, generator=generator), key_weight  # one gate per feature
+
+
+def on_device(x):
+    return None if x is None else x.to(DEVICE)
+
+
+# ---------------------------------------------------------------------------------------
+# the causal step
+
+
+@pytest.mark.parametrize("name,gates", [("fourier", "none"), ("fourier", "head"), ("positive", "feature")])
+def test_fused_causal_step_follows_the_formula_through_reorders_and_a_shrinking_batch(name, gates):
+    """From an empty prefix, with gates off, one per head, or one per feature, key weights, beam
+    reorders (gathered on read by the next step, no copy) and rows leaving the batch."""
+    feature, matrix, tau = feature_map(name)
+    features = feature.weight.size(-1) * (2 if feature.sine else 1)
+    generator = torch.Generator().manual_seed(1)
+    formula, prefix, storages = Formula(name, matrix, tau), {}, set()
+    # row orders after steps 1, 2 and 4: rows swap and one is copied, then the batch shrinks to 3 rows, then to 2
+    orders = {1: torch.tensor([1, 0, 0, 3]), 2: torch.tensor([2, 1, 1]), 4: torch.tensor([0, 2])}
+    batch = 4
+    for step in range(6):
+        qkv = torch.randn(batch, 3, HEADS, HEAD_DIM, generator=generator) * 3
+        forget, key_weight = random_gates(gates, batch, generator, features)
+        out = fused_causal_step(qkv.to(DEVICE), to_device(feature), prefix, on_device(forget), on_device(key_weight))
+        expected, magnitude = formula.step(qkv, forget, key_weight)
+        assert out.shape == (batch, HEADS, HEAD_DIM) and out.dtype == torch.float32
+        assert_within_rounding(out, expected, causal_terms(step + 1), magnitude, f"{name} {gates} step {step}")
+        storages.add(prefix["state"].untyped_storage().data_ptr())
+        if step in orders:
+            order = orders[step]
+            prefix["rows"] = order.to(DEVICE)  # what the module's reorder records (composed: below)
+            formula.reorder(order)
+            batch = order.numel()
+    # the state lives in two buffers that take turns (the gathering steps write the other)
+    assert len(storages) == 2
+    assert_within_rounding(prefix["state"], formula.state, causal_terms(6), formula.abs_state, "final state")
+
+
+def test_fused_causal_step_continues_a_prefix_the_eager_step_kept_as_keys():
+    """The eager step keeps a short prefix as its keys and values (here 4 tokens: 8 features,
+    9 columns), with a reorder not yet applied; the fused step takes over from them (their state
+    built once), and the eager and fused steps agree on either side of the eager step's own switch
+    to the state (after the 4th token)."""
+    feature, matrix, tau = feature_map("fourier", seed=2)
+    generator = torch.Generator().manual_seed(3)
+    batch = 3
+    formula, eager, handed = Formula("fourier", matrix, tau), {}, {}
+    for step in range(7):
+        qkv = torch.randn(batch, 3, HEADS, HEAD_DIM, generator=generator)
+        forget, key_weight = random_gates("head", batch, generator, 8)
+        expected, magnitude = formula.step(qkv, forget, key_weight)
+        units = unit_vectors(qkv[:, :2].permute(2, 0, 1, 3)).reshape(HEADS, 2 * batch, HEAD_DIM)
+        phi = feature(units).view(HEADS, batch, 2, -1).transpose(0, 1)
+        eager_out = causal_decoding_step(phi[:, :, 0], phi[:, :, 1], qkv[:, 2], eager, forget, key_weight)
+        if step == 2:  # the fused step takes over the eager prefix of 3 tokens, kept as keys
+            assert eager["keys"] is not None and eager.get("state") is None
+            handed = {name: on_device(value) for name, value in eager.items()}
+            order = torch.tensor([2, 2, 0])
+            eager["rows"], handed["rows"] = order, order.to(DEVICE)
+            formula.reorder(order)
+        elif step > 2:
+            out = fused_causal_step(qkv.to(DEVICE), to_device(feature), handed, on_device(forget),
+                                    on_device(key_weight))
+            assert handed["keys"] is None and handed["state"] is not None
+            assert_within_rounding(out, expected, causal_terms(step + 1), magnitude, f"fused step {step}")
+            # two fp32 evaluations of the formula: within both their bounds of it
+            form = "keys" if eager["keys"] is not None else "state"
+            assert_within_rounding(out, eager_out, 2 * causal_terms(step + 1), magnitude,
+                                   f"fused vs eager step {step} (eager: {form})")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_causal_step_takes_reduced_precision_projections(dtype):
+    """q, k, v in bf16/fp16 (a model decoding in half precision): fp32 inside, the output in the
+    input's dtype, within one rounding to it of the formula on the same (rounded) inputs."""
+    feature, matrix, tau = feature_map("fourier", seed=4)
+    generator = torch.Generator().manual_seed(5)
+    formula, prefix = Formula("fourier", matrix, tau), {}
+    for step in range(3):
+        qkv = (torch.randn(3, 3, HEADS, HEAD_DIM, generator=generator) * 2).to(dtype)
+        forget, key_weight = random_gates("head", 3, generator, 8)
+        out = fused_causal_step(qkv.to(DEVICE), to_device(feature), prefix, on_device(forget), on_device(key_weight))
+        expected, magnitude = formula.step(qkv.float(), forget, key_weight)
+        assert out.dtype == dtype
+        assert_within_rounding(out, expected, causal_terms(step + 1), magnitude, f"{dtype} step {step}",
+                               extra=low_precision_tolerance(1, expected.abs().max().item(), dtype))
+
+
+# ---------------------------------------------------------------------------------------
+# the cross attention's read
+
+
+@pytest.mark.parametrize("name", ["fourier", "positive"])
+def test_fused_cross_read_follows_the_formula_for_the_sources_still_decoding(name):
+    """Each source's beams read its summary ([S, z], any layout); sources that finished are skipped
+    by reading the summary rows of the others (``rows``); a summary kept as keys is read through
+    its state."""
+    feature, matrix, tau = feature_map(name, seed=6)
+    features = feature.weight.size(-1) * (2 if feature.sine else 1)
+    generator = torch.Generator().manual_seed(7)
+    stored, beams, source = 4, 3, 5
+    phi_k = torch.rand(stored, HEADS, source, features, generator=generator)
+    values = torch.cat([torch.randn(stored, HEADS, source, HEAD_DIM, generator=generator),
+                        torch.ones(stored, HEADS, source, 1)], dim=-1) * torch.rand(stored, HEADS, source, 1,
+                                                                                    generator=generator)
+    state = phi_k.transpose(-1, -2) @ values  # [stored, heads, F, dv + 1]
+    abs_state = phi_k.double().transpose(-1, -2) @ values.double().abs()
+    for rows, summary in ((None, {"state": state}),
+                          (torch.tensor([3, 1]), {"state": column_major_state(state.transpose(-1, -2).contiguous())}),
+                          (torch.tensor([2]), {"keys": phi_k, "values": values})):
+        sources = stored if rows is None else rows.numel()
+        q = torch.randn(sources * beams, HEADS, HEAD_DIM, generator=generator) * 2
+        summary = {key: value.to(DEVICE) for key, value in summary.items()}
+        out = fused_cross_read(q.to(DEVICE), to_device(feature), summary, on_device(rows)).cpu()
+        phi_q = features64(units64(q), matrix, tau, name).view(sources, beams, HEADS, -1)
+        read = state.double() if rows is None else state.double()[rows]
+        read_abs = abs_state if rows is None else abs_state[rows]
+        expected = readout64(phi_q, read.unsqueeze(1))  # [sources, beams, heads, dv]
+        magnitude = readout_magnitude(phi_q, feature_error_scale(phi_q, matrix, tau, name), read.unsqueeze(1),
+                                      read_abs.unsqueeze(1), expected)
+        # the keys form's state is built here: the source's sum (5 terms) comes first
+        terms = 2 * HEAD_DIM + FEATURE_ROUNDINGS + features + (source if "keys" in summary else 0) + 1
+        assert_within_rounding(out.view(sources, beams, HEADS, HEAD_DIM), expected, terms, magnitude,
+                               f"cross read {name} rows={rows}")
+
+
+# ---------------------------------------------------------------------------------------
+# the modules, and the path each takes
+
+
+def causal_module(gate):
+    torch.manual_seed(3)
+    return RandomFeatureCausalAttention(16, HEADS, PROJECTIONS, seed=11, gate=gate).eval()
+
+
+def cross_module():
+    torch.manual_seed(0)
+    return RandomFeatureCrossAttention(16, HEADS, PROJECTIONS, seed=3, kdim=12).eval()
+
+
+def module_terms(module, time):
+    """As test_rfa.causal_module_terms: the projections, the unit vectors and angles, the features
+    and the keys; twice, for two fp32 evaluations that each lie within it of the exact value."""
+    return 2 * (2 * module.embed_dim + 2 * module.head_dim + module.features + time + FEATURE_ROUNDINGS)
+
+
+def test_the_eager_path_stays_on_the_cpu_and_the_fused_path_is_chosen_on_cuda():
+    module, x = causal_module("none"), torch.randn(2, 3)
+    assert not uses_fused_decoding(module, x)  # auto, CPU: eager, as before the fused path existed
+    set_decoding_path(module, "fused")
+    assert uses_fused_decoding(module, x)
+    set_decoding_path(module, "eager")
+    assert not uses_fused_decoding(module, x)
+    set_decoding_path(module, "auto")
+    with torch.enable_grad():  # the kernels have no backward: a gradient keeps the eager path
+        assert not uses_fused_decoding(module, x.requires_grad_())
+    if torch.cuda.is_available():
+        assert uses_fused_decoding(module, torch.zeros(1, device="cuda"))
+    with pytest.raises(ValueError):
+        set_decoding_path(module, "graph")
+
+
+@pytest.mark.parametrize("gate", ["none", "sgate-avg"])
+def test_fused_modules_decode_as_the_eager_ones_through_beam_reorders(gate):
+    """Causal (with its gate) and cross attention decode token by token on both paths, with beam
+    search's reorders and sentences leaving the batch: the same outputs; the fused causal state
+    is never copied by a reorder (the next step reads the recorded rows)."""
+    generator = torch.Generator().manual_seed(8)
+    # 4 source tokens: the eager path keeps them as keys (4 x 17 < 8 x 9), the fused one as the state
+    sentences, beam, time, source = 3, 2, 7, 4
+    tokens = torch.randint(4, 40, (sentences * beam, time + 1), generator=generator)
+    tokens[:, 3] = SEP  # a sentence starts at step 4: the gate acts
+    x = torch.randn(time, sentences * beam, 16, generator=generator)
+    encoder_out = torch.randn(source, sentences, 12, generator=generator)
+    padding = torch.zeros(sentences, source, dtype=torch.bool)
+    padding[1, 3:] = True
+    outputs = {}
+    for path in ("eager", "fused"):
+        causal, cross = causal_module(gate), cross_module()
+        set_decoding_path(causal, path), set_decoding_path(cross, path)
+        causal, cross = causal.to(DEVICE), cross.to(DEVICE)
+        cross.set_beam_size(beam)
+        rows = torch.arange(sentences * beam)  # which original row each row of the batch continues
+        state, steps = {}, []
+        with torch.no_grad():
+            for t in range(time):
+                starts = sentence_starts(tokens[rows, max(0, t - 1):t + 1], SEP)[:, -1:]
+                causal.hand_in(sentence_starts=starts.to(DEVICE))
+                query = x[t:t + 1, rows].to(DEVICE)
+                out, _ = causal(query, query, query, incremental_state=state)
+                expand = rows // beam
+                read, _ = cross(query, encoder_out[:, expand].to(DEVICE), key_padding_mask=padding[expand].to(DEVICE),
+                                incremental_state=state)
+                steps.append(torch.cat([out, read], -1).cpu())
+                # beams swap inside each sentence; after step 3 sentence 1 finishes
+                order = torch.arange(rows.numel()).view(-1, beam).flip(-1)
+                if t == 3:
+                    order = order[[0, 2]]
+                order = order.reshape(-1)
+                buffer = causal._get_input_buffer(state)
+                # the fused path keeps states from the first token (the eager one: keys, for 4 tokens)
+                assert (buffer.get("state") is not None) == (path == "fused" or t >= 4)
+                assert (cross._get_input_buffer(state).get("keys") is None) == (path == "fused")
+                before = None if buffer.get("state") is None else buffer["state"].data_ptr()
+                # after step 5 two reorders before the next step (the beams swap twice): the rows
+                # recorded are composed
+                swap = torch.arange(order.numel()).view(-1, beam).flip(-1).reshape(-1)
+                for reorder in [order] + ([swap] if t == 5 else []):
+                    causal.reorder_incremental_state(state, reorder.to(DEVICE))
+                    cross.reorder_incremental_state(state, reorder.to(DEVICE))
+                    rows = rows[reorder]
+                if path == "fused" and before is not None:
+                    assert causal._get_input_buffer(state)["state"].data_ptr() == before  # rows recorded, no copy
+                causal.hand_in()
+        outputs[path] = steps
+    terms = module_terms(causal, time)
+    for t, (eager, fused) in enumerate(zip(outputs["eager"], outputs["fused"])):
+        assert_fp32_close(fused, eager, terms, name=f"{gate} step {t} fused vs eager")
+
+
+def test_fused_beam_search_of_a_trained_checkpoint_finds_the_eager_hypotheses():
+    """tests/fixtures/rfa_fixed_tau (a tiny RFA-sgate model, 2 updates): fairseq's beam search on the
+    fused path finds the eager path's hypotheses, with scores within fp32 rounding. A hypothesis
+    may differ only where rounding flips a near tie (scores within that rounding): counted, at
+    most one in eight."""
+    directory = os.path.join(FIXTURES, "rfa_fixed_tau")
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [os.path.join(directory, "checkpoint.pt")], arg_overrides={"data": directory})
+    model = models[0].eval().to(DEVICE)
+    source = torch.load(os.path.join(directory, "expected.pt"))["src_tokens"].to(DEVICE)
+    dictionary = task.target_dictionary
+    results = {}
+    for path in ("eager", "fused"):
+        set_decoding_path(model, path)
+        generator = SequenceGenerator([model], dictionary, beam_size=4, max_len=10, min_len=3,
+                                      search_strategy=search.BeamSearch(dictionary))
+        results[path] = generator.generate([model], {"net_input": {"src_tokens": source,
+                                                                   "src_lengths": source.ne(PAD).sum(1)}})
+    args = cfg.model  # 16 wide, FFN 16, 1 + 1 layers, 2 x 4 projections (8 features)
+    # a score sums up to 10 log-probabilities, each through the model (as test_rfa's beam search test)
+    terms = transformer_terms(args.decoder_embed_dim, args.decoder_ffn_embed_dim, args.encoder_layers,
+                              args.decoder_layers, source.size(1), 10, 8 + FEATURE_ROUNDINGS, len(dictionary)) + 10
+    hypotheses = flips = 0
+    for eager_sentence, fused_sentence in zip(results["eager"], results["fused"]):
+        for eager, fused in zip(eager_sentence, fused_sentence):
+            hypotheses += 1
+            magnitude = eager["positional_scores"].abs().max().item()
+            bound = fp32_tolerance(terms, magnitude)
+            if not torch.equal(eager["tokens"], fused["tokens"]):
+                flips += 1
+            assert abs(float(eager["score"] - fused["score"])) <= bound
+    print(f"[fused beam search] {flips} of {hypotheses} hypotheses differ")
+    assert hypotheses == 8 and flips <= hypotheses // 8
+
+
+def test_the_kernels_compile_for_an_h100(tmp_path):
+    """Triton's compiler builds every branch of both kernels for compute capability 9.0 (H100), down
+    to its binary, with no GPU: what the interpreter cannot check (types, layouts, tl.dot's shapes).
+    In a process without the interpreter (it changes how Triton defines its language)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rfa_doc_mt", "modules",
+                        "random_feature_attention", "triton_kernels.py")
+    code = ("import importlib.util, json, sys\n"
+            f"spec = importlib.util.spec_from_file_location('triton_kernels', {path!r})\n"
+            "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+            "print(json.dumps(module.compile_kernels(90)))\n")
+    environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    environment["TRITON_CACHE_DIR"] = str(tmp_path)  # compiled here, not read from a cache
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import json
+
+    sizes = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(sizes) == 4 and all(size > 0 for size in sizes.values()), sizes
