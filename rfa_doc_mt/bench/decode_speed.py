@@ -33,6 +33,9 @@ randomly initialised (only speed is measured), for each window size L, with beam
   Table 3 batch at L = 15 is 96): the batch curve, which ``plot`` then draws against the batch.
 * ``--profile N`` profiles one more batch of each model per L (torch.profiler) and keeps its N
   most expensive operations (self CPU time) in the JSON.
+* ``--rfa-gates sgate,token,feature`` decodes RFA with these causal gates too (``rfa-<gate>``,
+  the same batches in the same alternation): ``over_rfa`` and ``over_sgate`` in the summary are
+  their tokens/s ÷ ungated RFA's and ÷ RFA-sgate's, the cost of a gate beside its quality.
 
 The JSON holds the machine, the commit, the settings and every run; ``plot`` draws the
 speedup per L from it (a separate step, so plots can be redrawn without re-running).
@@ -51,6 +54,7 @@ import numpy as np
 import torch
 from fairseq.incremental_decoding_utils import FairseqIncrementalState
 
+from ..modules.random_feature_attention.gates import GATE_VARIANTS
 from .common import (
     commit_info,
     machine_info,
@@ -124,12 +128,12 @@ def choose_batches(dataset, window_size: int, batch_size: int, num_batches: int)
     return [b for b in batches if len(b) == batch_size] or batches[:1]
 
 
-def build_model(task, arch: str, seed: int, max_positions: int, device: str, dtype: torch.dtype):
+def build_model(task, arch: str, seed: int, max_positions: int, device: str, dtype: torch.dtype, options=()):
     from ..models.build import build_model as build
 
     # joint dictionary, as the configs train them
-    model = build(arch, task, seed=seed, max_source_positions=max_positions, max_target_positions=max_positions,
-                  share_all_embeddings=True)
+    model = build(arch, task, options, seed=seed, max_source_positions=max_positions,
+                  max_target_positions=max_positions, share_all_embeddings=True)
     return model.to(device=device, dtype=dtype).eval()
 
 
@@ -347,6 +351,10 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
     if CEILING in speeds:
         summary["ceiling_speedup"] = speeds[CEILING] / speeds["transformer"]
         summary["rfa_share_of_ceiling"] = speeds["rfa"] / speeds[CEILING]
+    gated = [name for name in speeds if name.startswith("rfa-")]
+    for baseline, key in (("rfa", "over_rfa"), ("rfa-sgate", "over_sgate")):
+        if gated and baseline in speeds:
+            summary[key] = {name: speeds[name] / speeds[baseline] for name in gated if name != baseline}
     if args.profile:
         summary["profile"] = {name: profile_batch(model, dataset, batches[0], args.beam, device, args.profile)
                               for name, model in models.items()}
@@ -355,8 +363,9 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
           f"{summary['speedup']:.2f}x"
           + (f"; ceiling/transformer {summary['ceiling_speedup']:.2f}x, RFA/ceiling "
              f"{summary['rfa_share_of_ceiling']:.2f}" if CEILING in speeds else "")
-          + f"; cache reordering {summary['reorder_share']['transformer']:.0%} of the transformer's forward time",
-          flush=True)
+          + f"; cache reordering {summary['reorder_share']['transformer']:.0%} of the transformer's forward time"
+          + "".join(f"; {name} {speeds[name]:.1f} tokens/s ({speeds[name] / speeds['rfa']:.2f} of RFA's)"
+                    for name in gated), flush=True)
     return summary
 
 
@@ -373,6 +382,10 @@ def run(args) -> Dict:
         list(QUICK_WINDOW_SIZES if args.quick else WINDOW_SIZES)
     batch_scale = args.batch_scale if args.batch_scale is not None else (1 / 32 if args.quick else 1 / 8)
     num_batches = args.batches if args.batches is not None else (1 if args.quick else 2)
+    rfa_gates = [gate.strip() for gate in (args.rfa_gates or "").split(",") if gate.strip() not in ("", "none")]
+    unknown = [gate for gate in rfa_gates if gate not in GATE_VARIANTS]
+    if unknown:
+        raise SystemExit(f"--rfa-gates {args.rfa_gates}: unknown gates {unknown}; expected {GATE_VARIANTS}")
     if args.batch_sizes:
         explicit = [int(x) for x in args.batch_sizes.split(",")]
         if min(explicit) < 1:
@@ -387,6 +400,7 @@ def run(args) -> Dict:
                            "batch_sizes": batch_sizes,
                            "paper_batch_sizes": {L: PAPER_BATCH_SIZES[L] for L in window_sizes},
                            "batches_per_window_size": num_batches, "models": MODELS, "dtype": args.dtype,
+                           "rfa_gates": rfa_gates,
                            "seed": args.seed, "quick": bool(args.quick),
                            "length": "forced to the reference window length",
                            "ceiling": None if args.no_ceiling else
@@ -398,6 +412,9 @@ def run(args) -> Dict:
         task, dataset = load_windows(args.data, args.split, window_size, args.max_positions)
         models = {name: build_model(task, arch, args.seed, args.max_positions, device, dtype)
                   for name, arch in MODELS.items()}
+        for gate in rfa_gates:
+            models[f"rfa-{gate}"] = build_model(task, MODELS["rfa"], args.seed, args.max_positions, device, dtype,
+                                                options=["--rfa-gate", gate])
         if not args.no_ceiling:
             models[CEILING] = remove_decoder_attention(
                 build_model(task, MODELS["transformer"], args.seed, args.max_positions, device, dtype))
@@ -515,6 +532,9 @@ def main(argv=None) -> int:
     run_parser.add_argument("--quick", action="store_true", help="L in {1,4,15}, small batches, one batch each")
     run_parser.add_argument("--profile", type=int, default=0, metavar="N",
                             help="profile one batch per model and L; keep its N most expensive operations")
+    run_parser.add_argument("--rfa-gates", metavar="GATE[,GATE...]",
+                            help="also decode RFA with these causal gates (sgate, sgate-avg, token, feature), "
+                                 "beside ungated RFA: what a gate costs in decoding")
     run_parser.add_argument("--no-ceiling", action="store_true",
                             help="skip the third model, the transformer without decoder attention "
                                  "(the bound on any attention's speedup)")
