@@ -58,6 +58,12 @@ def test_training_speed_measures_a_step_of_the_batch_it_asks_for(capsys):
     assert len(figures["step_seconds"]) == 2
     assert figures["seconds_per_step"] == pytest.approx(sum(figures["step_seconds"]) / 2)  # the median of two
     assert figures["tokens_per_second"] == pytest.approx(64 / figures["seconds_per_step"])
+    assert figures["model"] == "rfa"
+    # RFA with another causal gate (--rfa-gates of run): named after it
+    assert main(["measure", "--model", "rfa", "--gate", "feature", "--window-size", "2", "--tokens", "64",
+                 "--steps", "1", "--sentence-length", "8", "--vocabulary", "60"]) == 0
+    gated = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert gated["model"] == "rfa-feature" and gated["tokens"] == 64 and len(gated["step_seconds"]) == 1
 
 
 def test_ceiling_projects_like_an_attention_and_attends_to_nothing():

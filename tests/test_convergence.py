@@ -127,7 +127,8 @@ def test_table1_at_convergence_trains_the_chosen_settings_with_every_seed(tmp_pa
     search = Table1Search(rows, CHOSEN_PLAN, 3, str(tmp_path))
     requests = search.requests()
     assert search.done() and not search.searches
-    assert len(requests) == 18 and all(evaluate == ("test", "consistency") for _, evaluate in requests)
+    assert len(requests) == 3 * len(CHOSEN_SETTINGS) and all(evaluate == ("test", "consistency")
+                                                            for _, evaluate in requests)
     assert {row: plan.chosen for row, plan in search.plans.items()} == CHOSEN_SETTINGS
     rfa = dict(search.plans["rfa_L4"].seeds)
     assert rfa[3].overrides[-2:] == ("--seed", "3") and "--rfa-causal-proj-dim" in rfa[1].overrides
@@ -164,7 +165,9 @@ def test_context_length_at_convergence_trains_l4_l15_the_memory_and_a_second_see
     for family in ("transformer", "rfa_sgate", "lsh", "long_short"):
         assert f"{family}_L4" in ids and f"{family}_L15" in ids and f"{family}_L15_seed2" in ids
         assert f"{family}_L1" not in ids and f"{family}_L8" not in ids and f"{family}_L4_seed2" not in ids
-    assert "memory" in ids and len(ids) == 13
+    for family in ("rfa_token", "rfa_feature"):  # the gates at every token: L = 15 only, two seeds
+        assert f"{family}_L15" in ids and f"{family}_L15_seed2" in ids and f"{family}_L4" not in ids
+    assert "memory" in ids and len(ids) == 17
     systems = dict(rows)
     second = systems["rfa_sgate_L15_seed2"]
     assert second.config == systems["rfa_sgate_L15"].config and second.overrides == ("--seed", "2")

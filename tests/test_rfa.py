@@ -1,13 +1,15 @@
-"""Random feature attention with sentential gating (paper 000 §3): the three forms of the
-ops agree, RFA approximates softmax attention, the gates do what §3.2 says, and the model
-decodes incrementally exactly as it runs in one pass."""
+"""Random feature attention with sentential gating (paper 000 §3) and the gates of its
+successors (a gate per head at every token, Peng et al. 2021 §3.3; a decay per feature, GLA):
+the three forms of the ops agree, RFA approximates softmax attention, the gates do what their
+papers say, and the model decodes incrementally exactly as it runs in one pass."""
 
+import importlib.util
 import math
 import os
 
 import pytest
 import torch
-from conftest import assert_fp32_close, build_model, low_precision_tolerance, transformer_terms
+from conftest import assert_fp32_close, build_model, low_precision_tolerance, probe_like, transformer_terms
 from fairseq import search
 from fairseq.sequence_generator import SequenceGenerator
 
@@ -26,6 +28,7 @@ from rfa_doc_mt.modules.random_feature_attention import (
     cross_rfa_read,
     cross_rfa_state,
     cross_rfa_summary,
+    feature_gates,
     final_key_weights,
     incremental_causal_rfa,
     orthogonal_random_matrices,
@@ -35,8 +38,10 @@ from rfa_doc_mt.modules.random_feature_attention import (
     reference_cross_rfa,
     sentence_gates,
     split_state,
+    token_gates,
 )
 from rfa_doc_mt.modules.random_feature_attention import layers as rfa_layers
+from rfa_doc_mt.modules.random_feature_attention import training as rfa_training
 from rfa_doc_mt.modules.random_feature_attention.features import (
     DecodingFeatureMap,
     feature_map_function,
@@ -53,7 +58,11 @@ from rfa_doc_mt.modules.random_feature_attention.training import fourier_keys_nu
 from rfa_doc_mt.modules.sentences import sentence_ids, sentence_starts
 
 PAD, EOS, SEP = 1, 2, 3
-GATES = ["none", "sgate", "sgate-avg"]
+GATES = ["none", "sgate", "sgate-avg", "token", "feature"]
+SENTENCE_GATES = ["sgate", "sgate-avg"]
+# the ops' tests take the feature gate at τ = 1 (GLA's 16 keeps α near 1): decays strong enough
+# that an error in them would show
+OP_FEATURE_TEMPERATURE = 1.0
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors (conftest.one_thread)
@@ -66,10 +75,11 @@ def max_diff(a, b):
 def decay_terms(time, log_forget):
     """Terms behind a gate decay exp(C_t - C_i), C the cumulative sum of log f over ``time``
     tokens: the exponent's rounding error is time·u·max|C|, and exp turns it into a relative
-    error of the same size, so a decay counts ``time · max|C|`` terms of size 1."""
+    error of the same size, so a decay counts ``time · max|C|`` terms of size 1. ``log_forget``
+    [batch, heads, time] or, per feature, [batch, heads, time, F]."""
     if log_forget is None:
         return 0
-    return int(time * max(1.0, log_forget.detach().sum(-1).abs().max().item()))
+    return int(time * max(1.0, log_forget.detach().sum(2).abs().max().item()))
 
 
 def causal_module_terms(module, time):
@@ -102,13 +112,20 @@ def op_inputs(batch=2, heads=3, time=37, features=8, dv=5, sentences=(3, 1), gat
     phi_k = torch.randn(batch, heads, time, features, generator=generator).abs()  # keep masses positive
     phi_q = phi_q.abs()
     v = torch.randn(batch, heads, time, dv, generator=generator)
-    logits = torch.randn(batch, heads, time, generator=generator) * logit_scale + logit_bias
+    # the feature gate's logits: one per feature
+    logit_shape = (batch, heads, time) + ((features,) if gate == "feature" else ())
+    logits = torch.randn(logit_shape, generator=generator) * logit_scale + logit_bias
     return dict(tokens=tokens, padding=padding, phi_q=phi_q, phi_k=phi_k, v=v, logits=logits, gate=gate)
 
 
 def gates_of(inputs, logits):
-    return sentence_gates(logits, sentence_starts(inputs["tokens"], SEP), inputs["gate"],
-                          inputs["padding"] if inputs["padding"].any() else None)
+    """log_forget and key_weight of ``inputs["gate"]`` from ``logits`` (:mod:`.gates`)."""
+    padding = inputs["padding"] if inputs["padding"].any() else None
+    if inputs["gate"] == "token":
+        return token_gates(logits, padding)
+    if inputs["gate"] == "feature":
+        return feature_gates(logits, OP_FEATURE_TEMPERATURE, padding)
+    return sentence_gates(logits, sentence_starts(inputs["tokens"], SEP), inputs["gate"], padding)
 
 
 # ---------------------------------------------------------------------------------------
@@ -301,7 +318,7 @@ def test_orthogonal_random_matrices_are_seeded_and_orthogonal_in_blocks():
     (64, 16, (15, 2), None),          # exactly 4 chunks, 15 sentences
     (101, 32, (7, 12), [90, 101]),
 ])
-def test_causal_forms_agree(gate, time, chunk_size, sentences, pad_lengths):
+def test_causal_forms_agree(gate, time, chunk_size, sentences, pad_lengths, monkeypatch):
     inputs = op_inputs(time=time, sentences=sentences, gate=gate, pad_lengths=pad_lengths, seed=time)
     leaves = {name: inputs[name].clone().requires_grad_() for name in ("phi_q", "phi_k", "v", "logits")}
 
@@ -315,6 +332,11 @@ def test_causal_forms_agree(gate, time, chunk_size, sentences, pad_lengths):
     outputs_only, no_state = run(lambda *a: chunked_causal_rfa(*a, chunk_size=chunk_size, final_state=False))
     assert no_state is None and torch.equal(outputs_only, chunk_out)
     inc_out, inc_state = run(incremental_causal_rfa)
+    others = [(chunk_out, chunk_state, "chunked"), (inc_out, inc_state, "incremental")]
+    if gate == "feature":  # the chunks by halving too (taken where a chunk decays by more than e^-60)
+        with monkeypatch.context() as patch:
+            patch.setattr(rfa_training, "FACTORED_DECAY_LIMIT", -1.0)
+            others.append(run(lambda *a: chunked_causal_rfa(*a, chunk_size=chunk_size)) + ("chunked by halving",))
     real = ~inputs["padding"].unsqueeze(1).unsqueeze(-1)  # outputs at padded queries are never used
     name = f"causal {gate} T={time} chunk={chunk_size}"
     log_forget, key_weight = gates_of(inputs, inputs["logits"])
@@ -322,13 +344,13 @@ def test_causal_forms_agree(gate, time, chunk_size, sentences, pad_lengths):
     # out = Σ_i w_ti v_i / Σ_i w_ti with w ≥ 0 (positive features): terms of size max|v|, summed
     # over the features (w) and the keys, times the decays
     out_terms, magnitude = inputs["phi_q"].size(-1) + time + decays, inputs["v"].abs().max().item()
-    for other, form in ((chunk_out, "chunked"), (inc_out, "incremental")):
+    for other, _, form in others:
         assert_fp32_close(other * real, ref_out * real, out_terms, magnitude, f"{name} out reference-{form}")
     # the final state sums `time` decayed terms φ(k_i)·v_i: their size is S of |v|
     _, abs_state = reference_causal_rfa(inputs["phi_q"], inputs["phi_k"], inputs["v"].abs(), log_forget, key_weight)
     abs_S = split_state(abs_state)[0]
     ref_S, ref_z = split_state(ref_state)
-    for got, form in ((chunk_state, "chunked"), (inc_state, "incremental")):
+    for _, got, form in others:
         S, z = split_state(got)
         assert_fp32_close(S, ref_S, time + decays, abs_S.max().item(), f"{name} final S reference-{form}")
         assert_fp32_close(z, ref_z, time + decays, ref_z.max().item(), f"{name} final z reference-{form}")
@@ -336,13 +358,30 @@ def test_causal_forms_agree(gate, time, chunk_size, sentences, pad_lengths):
     # backward pass runs the forward sums again, transposed, and sums over the values (dv)
     weights = torch.randn_like(ref_out) * real
     grads = []
-    for out, state in ((ref_out, ref_state), (chunk_out, chunk_state)):
+    chunked_forms = [(out, state, form) for out, state, form in others if form.startswith("chunked")]
+    for out, state, _ in [(ref_out, ref_state, "reference")] + chunked_forms:
         loss = (out * weights).sum() + 0.1 * state.sum()
         grads.append(torch.autograd.grad(loss, list(leaves.values()), allow_unused=True, retain_graph=True))
     gradient_terms = 2 * (out_terms + inputs["v"].size(-1))
-    for leaf, reference, chunked in zip(leaves, *grads):
-        if reference is not None:
-            assert_fp32_close(chunked, reference, gradient_terms, name=f"{name} gradient of {leaf} reference-chunked")
+    # The largest gradient can be a cancellation (none at all where out_t = v_t whatever φ and the
+    # gates, e.g. T = 1), so the size of the terms is taken from the arithmetic where it can exceed
+    # it. With w_ti = φ(q_t)·φ(k_i) c_i D_ti ≥ 0 and M_t = Σ_i w_ti, ∂out_t/∂φ(q_t)_f sums
+    # φ(k_i)_f c_i D_ti (v_i - out_t) g_t / M_t, terms of at most (|v| + |out|) |g| / φ(q_t)_f
+    # (M_t ≥ φ(q_t)_f φ(k_i)_f c_i D_ti): φ(q)'s gradient is compared times φ(q), and φ(k)'s times
+    # φ(k) (with the state's terms, 0.1 φ(k) c D [v, 1]). A gate logit's terms are a pair's
+    # w_ti (v_i - out_t) g_t / M_t times ∂log(c D)/∂x, at most 1 (σ' / σ, and 1/τ with τ ≥ 1).
+    pair = weights.abs().max().item() * (inputs["v"].abs().max().item() + ref_out.detach().abs().max().item())
+    k_state = 0.1 * inputs["phi_k"].max().item() * (inputs["v"].size(-1) * inputs["v"].abs().max().item() + 1)
+    scaled_by = {"phi_q": inputs["phi_q"], "phi_k": inputs["phi_k"]}
+    sizes = {"phi_q": pair, "phi_k": pair + k_state, "logits": pair}
+    for leaf, reference, *chunked in zip(leaves, *grads):
+        if reference is None:
+            continue
+        scale = scaled_by.get(leaf, 1.0)
+        magnitude = max((reference * scale).abs().max().item(), sizes.get(leaf, 0.0))
+        for got, (_, _, form) in zip(chunked, chunked_forms):
+            assert_fp32_close(got * scale, reference * scale, gradient_terms, magnitude,
+                              name=f"{name} gradient of {leaf} reference-{form}")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -440,18 +479,27 @@ def _run_causal(module, x, tokens, padding=None):
     return out
 
 
-def test_gate_fixed_at_one_equals_ungated():
-    gated, plain = _module_pair("sgate"), _module_pair("none")
-    plain.load_state_dict(gated.state_dict(), strict=False)
+def _fix_gate(module, logit):
+    """Every gate logit of ``module`` set to ``logit``, whatever the input."""
+    linear = module.gate_proj if module.feature_gate is None else module.feature_gate.up
     with torch.no_grad():
-        gated.gate_proj.weight.zero_()
-        gated.gate_proj.bias.fill_(40.0)  # σ(40) = 1 in fp32
+        linear.weight.zero_()
+        linear.bias.fill_(logit)
+
+
+@pytest.mark.parametrize("gate", ["sgate", "feature"])
+def test_gate_fixed_at_one_equals_ungated(gate):
+    """Gates of 1 (the feature gate has no key weight, so α = 1 is ungated RFA)."""
+    gated, plain = _module_pair(gate), _module_pair("none")
+    plain.load_state_dict(gated.state_dict(), strict=False)
+    _fix_gate(gated, 40.0)  # σ(40) = 1 in fp32
     generator = torch.Generator().manual_seed(1)
     tokens = random_windows(2, 30, 5, generator)
     x = torch.randn(30, 2, 16, generator=generator)
     expected = _run_causal(plain, x, tokens)
     # gates of exactly 1 take the gated path's other order of operations (decays, chunk sums)
-    assert_fp32_close(_run_causal(gated, x, tokens), expected, causal_module_terms(plain, 30), name="gate at one")
+    assert_fp32_close(_run_causal(gated, x, tokens), expected, causal_module_terms(plain, 30),
+                      name=f"{gate} at one")
 
 
 @pytest.mark.parametrize("gate", ["sgate", "sgate-avg"])
@@ -489,6 +537,153 @@ def test_an_example_is_unchanged_by_longer_examples_in_its_batch(gate):
     alone = _run_causal(module, x[:12, :1], short)
     batched = _run_causal(module, x, batch, batch.eq(PAD))
     assert_fp32_close(batched[:12, 0], alone[:, 0], causal_module_terms(module, 12), name=f"alone vs batched {gate}")
+
+
+# ---------------------------------------------------------------------------------------
+# gates at every token: per head (Peng et al. 2021 §3.3) and per feature (GLA, Yang et al. 2023)
+
+
+@pytest.mark.parametrize("gate", ["token", "feature"])
+def test_every_token_gates_follow_their_papers(gate):
+    """token: g_t = σ(w_g·x_t + b_g) per head, key weight 1 - g_t; feature: α_t =
+    σ(x_t W_1 W_2 + b)^{1/τ} per head and feature, no key weight; both from the token's own
+    input x_t (the sentential gate reads the token before), padding 1 and weight 0."""
+    module = _module_pair(gate, gate_temperature=4.0)
+    generator = torch.Generator().manual_seed(21)
+    x = torch.randn(6, 2, 16, generator=generator)
+    padding = torch.zeros(2, 6, dtype=torch.bool)
+    padding[0, 5] = True
+    log_forget, key_weight = module._gates(x, padding)
+    if gate == "token":
+        weight, bias = module.gate_proj.weight, module.gate_proj.bias
+        logits, sizes = x @ weight.T + bias, x.abs() @ weight.abs().T + bias.abs()
+        gates, expected_weight = torch.sigmoid(logits).permute(1, 2, 0), torch.sigmoid(-logits).permute(1, 2, 0)
+    else:
+        down, up = module.feature_gate.down.weight, module.feature_gate.up
+        logits = ((x @ down.T) @ up.weight.T + up.bias).view(6, 2, 2, -1)
+        sizes = ((x.abs() @ down.abs().T) @ up.weight.abs().T + up.bias.abs()).view(6, 2, 2, -1)
+        gates, expected_weight = torch.sigmoid(logits).pow(1 / 4.0).permute(1, 2, 0, 3), torch.ones(2, 2, 6)
+    real = (~padding).unsqueeze(1).expand(2, 2, 6)  # [batch, heads, time]
+    # the logits' products in another order (16 inputs, and rank 16 for the feature gate), whose
+    # terms have the size of |x||w|, through σ (slope ≤ 1/4) and the power (slope ≤ 1/τ on
+    # σ ≤ 1), plus log σ, /τ and exp against σ and pow: a few roundings each
+    assert_fp32_close(log_forget.exp()[real], gates[real], 2 * 16 + 8, sizes.max().item(), f"{gate} values")
+    assert torch.all(log_forget[~real] == 0.0) and torch.all(key_weight[~real] == 0.0)
+    assert_fp32_close(key_weight[real], expected_weight[real], 16 + 4, sizes.max().item(), f"{gate} key weights")
+    # the gate of token 3 depends on x_3 and on nothing else
+    x = x.clone().requires_grad_()
+    gate_of_3 = module._gates(x, None)[0][:, :, 3]
+    grad = torch.autograd.grad((gate_of_3 * probe_like(gate_of_3)).sum(), x)[0]
+    assert grad[3].abs().max() > 0 and torch.all(grad[torch.arange(6) != 3] == 0)
+
+
+@pytest.mark.parametrize("gate", ["token", "feature"])
+def test_every_token_gate_near_zero_sees_only_its_token(gate):
+    """g = σ(-40) ≈ 4e-18 (token; key weight 1 - g = 1) or α = σ(-40)^{1/τ} at τ = 1 (feature):
+    nothing reaches the next token, so every output is the module's on that token alone."""
+    module = _module_pair(gate, gate_temperature=1.0)
+    _fix_gate(module, -40.0)
+    generator = torch.Generator().manual_seed(22)
+    tokens = random_windows(1, 40, 3, generator)
+    x = torch.randn(40, 1, 16, generator=generator)
+    out = _run_causal(module, x, tokens)
+    alone = torch.cat([_run_causal(module, x[t:t + 1], tokens[:, t:t + 1]) for t in range(40)])
+    # what reaches across a gate is 4e-18 of it, far below rounding: one token's terms
+    assert_fp32_close(out, alone, causal_module_terms(module, 1), name=f"{gate} gate at zero")
+
+
+def test_feature_gate_chunks_stay_finite_and_exact_under_strong_decay(monkeypatch):
+    """320 tokens, chunks of 64, half the features decaying by e^-5 a token (a gate near 0: e^-320
+    over a chunk, whose GLA factors e^{±B} would overflow fp32) and half by e^-0.01 (whose terms
+    reach across the whole window): the chunked form takes the halving and stays finite, and its
+    outputs, final state and gradients are the reference's."""
+    calls = []
+    halving = rfa_training._within_chunks_halving
+    monkeypatch.setattr(rfa_training, "_within_chunks_halving", lambda *a: calls.append(1) or halving(*a))
+    generator = torch.Generator().manual_seed(23)
+    time, features = 320, 8
+    phi_q, phi_k = (torch.rand(1, 2, time, features, generator=generator) for _ in range(2))
+    v = torch.randn(1, 2, time, 5, generator=generator)
+    log_forget = torch.full((1, 2, time, features), -0.01)
+    log_forget[..., ::2] = -5.0
+    leaves = [t.clone().requires_grad_() for t in (phi_q, phi_k, v, log_forget)]
+    ref_out, ref_state = reference_causal_rfa(*leaves)
+    out, state = chunked_causal_rfa(*leaves, chunk_size=64)
+    assert calls and torch.isfinite(out).all() and torch.isfinite(state).all()
+    # A pair's decay exp(C_t - C_i) carries the rounding of its feature's cumulative sum, (t - i)
+    # roundings of |C| (Higham §3.1): for the strong features (t - i)·|C|·e^{-5 (t - i)} ≤
+    # 1600·e^-5 ≈ 11 terms of the term's size, for the weak ones (t - i)·|C| ≤ 320·3.2; with the
+    # features and keys summed, terms of size max|v| (test_causal_forms_agree)
+    decays = 11 + 1024
+    assert_fp32_close(out, ref_out, features + time + decays, v.abs().max().item(), "strong decay: out")
+    _, abs_state = reference_causal_rfa(phi_q, phi_k, v.abs(), log_forget)
+    assert_fp32_close(state, ref_state, time + decays, abs_state.max().item(), "strong decay: final state")
+    weights = probe_like(out)
+    grads = [torch.autograd.grad((o * weights).sum() + 0.1 * st.sum(), leaves) for o, st in
+             ((ref_out, ref_state), (out, state))]
+    for name, want, got in zip(("phi_q", "phi_k", "v", "log_forget"), *grads):
+        assert torch.isfinite(got).all(), name
+        # as test_causal_forms_agree: the backward runs the sums again, transposed, over the values
+        assert_fp32_close(got, want, 2 * (features + time + decays + 5), name=f"strong decay: gradient of {name}")
+
+
+def _load_fla_naive(path):
+    """fla's plain-PyTorch form at ``fla/ops/<path>``, loaded by file: importing the package would
+    import its Triton kernels."""
+    spec = importlib.util.find_spec("fla")
+    if spec is None or importlib.util.find_spec("einops") is None:
+        pytest.skip("fla-core (flash-linear-attention) and einops are not installed: pip install -e '.[test]'")
+    location = os.path.join(spec.submodule_search_locations[0], "ops", *path.split("/"))
+    module_spec = importlib.util.spec_from_file_location(f"fla_naive_{path.replace('/', '_')}", location)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("gate", ["token", "feature"])
+def test_every_token_gates_equal_flash_linear_attentions_naive_forms(gate):
+    """A peer check: the token gate is fla's simple GLA (a scalar decay per head, as gated RFA and
+    Mamba-2), the feature gate fla's GLA, on the same features and gates, continuing from a state.
+
+    fla's conventions: [batch, time, heads, dim]; gates in log space (g, gk); q scaled by
+    dim^-1/2 (GLA's naive form always: q is given times √F); the state [batch, heads, K, V]; the
+    output not normalised. RFA's outputs are its numerator over its normaliser, fla's outputs
+    on values [v, 1] with the keys weighted by RFA's key weights (1 - g for the token gate)."""
+    naive = _load_fla_naive("simple_gla/naive.py" if gate == "token" else "gla/naive.py")
+    inputs = op_inputs(time=45, gate=gate, sentences=(3, 2), pad_lengths=[45, 38], seed=31)
+    log_forget, key_weight = gates_of(inputs, inputs["logits"])
+    phi_q, phi_k, v = inputs["phi_q"], inputs["phi_k"], inputs["v"]
+    generator = torch.Generator().manual_seed(32)
+    initial = torch.rand(2, 3, phi_q.size(-1), v.size(-1) + 1, generator=generator)
+    out, state = reference_causal_rfa(phi_q, phi_k, v, log_forget, key_weight, initial_state=initial)
+    values = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
+    keys = phi_k * key_weight.unsqueeze(-1)
+
+    def fla_layout(x):  # [batch, heads, time, ...] → [batch, time, heads, ...]
+        return x.transpose(1, 2).contiguous()
+
+    if gate == "token":
+        peers = {"recurrent": naive.naive_recurrent_simple_gla(
+            fla_layout(phi_q), fla_layout(keys), fla_layout(values), fla_layout(log_forget), scale=1.0,
+            initial_state=initial.clone(), output_final_state=True),
+                 "chunk": naive.naive_chunk_simple_gla(
+            fla_layout(phi_q), fla_layout(keys), fla_layout(values), fla_layout(log_forget),
+            initial_state=initial.clone(), output_final_state=True, chunk_size=16, scale=1.0)}
+    else:
+        peers = {"recurrent": naive.naive_recurrent_gla(
+            fla_layout(phi_q * phi_q.size(-1) ** 0.5), fla_layout(keys), fla_layout(values), fla_layout(log_forget),
+            initial_state=initial.clone(), output_final_state=True)}
+    real = ~inputs["padding"].unsqueeze(1).unsqueeze(-1)
+    decays = decay_terms(45, log_forget)
+    # as test_causal_forms_agree (√F rounds once more: one term)
+    terms = phi_q.size(-1) + 45 + decays + 1
+    _, abs_state = reference_causal_rfa(phi_q, phi_k, v.abs(), log_forget, key_weight, initial_state=initial)
+    for form, (peer_out, peer_state) in peers.items():
+        peer_out = peer_out.transpose(1, 2)
+        peer = peer_out[..., :-1] / peer_out[..., -1:].clamp_min(NORMALISER_FLOOR)
+        assert_fp32_close(peer * real, out * real, terms, inputs["v"].abs().max().item(), f"fla {form} {gate}: out")
+        assert_fp32_close(peer_state, state, 45 + decays + 1, abs_state.abs().max().item(),
+                          f"fla {form} {gate}: final state")
 
 
 # ---------------------------------------------------------------------------------------
@@ -640,7 +835,7 @@ def test_training_reads_the_source_through_the_cheaper_exact_summary(source, que
         assert_fp32_close(got, want, 2 * (terms + inputs["v"].size(-1)), name=f"gradient of {leaf}, {kept}")
 
 
-@pytest.mark.parametrize("gate", GATES)
+@pytest.mark.parametrize("gate", ["none"] + SENTENCE_GATES)
 def test_cross_gate_summary_is_the_final_causal_state(gate):
     inputs = op_inputs(time=33, gate=gate, sentences=(4, 2), pad_lengths=[33, 26])
     log_forget, key_weight = gates_of(inputs, inputs["logits"])
@@ -788,16 +983,20 @@ def test_decoding_keeps_a_short_prefix_as_keys_then_a_column_major_state():
             assert is_column_major(module._get_input_buffer(state)["state"])
 
 
-def test_causal_decoding_switches_from_keys_to_the_state_where_that_costs_less():
+@pytest.mark.parametrize("gate", ["sgate", "token", "feature"])
+def test_causal_decoding_switches_from_keys_to_the_state_where_that_costs_less(gate):
     """The switch point of the prefix's form is the arithmetic break-even (64 features and
     64-wide heads, the paper's causal sizes: 32 tokens as keys, the state from the 33rd), and
-    both forms give the reference's outputs on either side of it, with gates and padding."""
-    inputs = op_inputs(batch=2, heads=2, time=40, features=64, dv=64, sentences=(3, 2), pad_lengths=[40, 33])
+    both forms give the reference's outputs on either side of it, with gates and padding (a decay
+    per feature scales the kept keys' features as it scales the state's rows)."""
+    inputs = op_inputs(batch=2, heads=2, time=40, features=64, dv=64, sentences=(3, 2), pad_lengths=[40, 33],
+                       gate=gate)
     log_forget, key_weight = gates_of(inputs, inputs["logits"])
     args = (inputs["phi_q"], inputs["phi_k"], inputs["v"])
     prefix, lengths = {}, []
     for t in range(40):
-        causal_decoding_step(*(a[:, :, t] for a in args), prefix, log_forget[:, :, t].exp(), key_weight[:, :, t])
+        weight = None if key_weight is None else key_weight[:, :, t]
+        causal_decoding_step(*(a[:, :, t] for a in args), prefix, log_forget[:, :, t].exp(), weight)
         lengths.append(None if prefix["keys"] is None else prefix["keys"].size(2))
     assert lengths[:32] == list(range(1, 33)) and set(lengths[32:]) == {None}
     out, state = incremental_causal_rfa(*args, log_forget, key_weight)
@@ -966,7 +1165,7 @@ def model_windows(batch, time, sentences, generator, lengths=None, separator=40)
 
 
 @pytest.mark.parametrize("gate,cross_gate", [("none", False), ("sgate", False), ("sgate-avg", False),
-                                             ("sgate", True)])
+                                             ("sgate", True), ("token", False), ("feature", False)])
 def test_decoder_token_by_token_equals_one_forward_pass(gate, cross_gate):
     model, _ = tiny_model(gate, cross_gate, extra=["--rfa-gate-bias-init", "0.5"])
     generator = torch.Generator().manual_seed(8)
@@ -1053,6 +1252,22 @@ def test_checkpoint_round_trip_restores_outputs_and_buffers(tmp_path):
 
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
+
+def test_every_token_gates_take_their_options_and_only_causal_attention():
+    """--rfa-gate-rank and --rfa-gate-temperature reach the feature gate (defaults: GLA's 16 and
+    16); the gates at every token have no cross-attention form (the cross gate is sentential)."""
+    model, _ = tiny_model("feature")
+    gate = model.decoder.layers[0].self_attn
+    assert gate.feature_gate.down.out_features == 16 and gate.gate_temperature == 16.0
+    assert gate.feature_gate.up.out_features == gate.num_heads * gate.features and gate.gate_proj is None
+    model, _ = tiny_model("feature", extra=["--rfa-gate-rank", "4", "--rfa-gate-temperature", "8"])
+    gate = model.decoder.layers[1].self_attn
+    assert gate.feature_gate.down.out_features == 4 and gate.gate_temperature == 8.0
+    assert all(layer.encoder_attn.gate_variant == "none" for layer in model.decoder.layers)
+    for variant in ("token", "feature"):
+        with pytest.raises(ValueError, match="sentential gate"):
+            tiny_model(variant, cross_gate=True)
 
 
 def test_learned_tau_is_the_default_and_fixed_tau_is_an_option():

@@ -43,6 +43,9 @@ randomly initialised (only speed is measured), for each window size L, with beam
   (CUDA devices' events: kernels, copies, fills) and as top-level ATen operators, and their means.
 * ``--tiny`` uses the ``*_tiny`` architectures: a fast check of the code paths (e.g. on a CPU, of
   the fused path in the interpreter), not a measurement.
+* ``--rfa-gates sgate,token,feature`` decodes RFA with these causal gates too (``rfa-<gate>``,
+  the same batches in the same alternation): ``over_rfa`` and ``over_sgate`` in the summary are
+  their tokens/s ÷ ungated RFA's and ÷ RFA-sgate's, the cost of a gate beside its quality.
 
 The JSON holds the machine, the commit, the settings and every run; ``plot`` draws the
 speedup per L from it (a separate step, so plots can be redrawn without re-running).
@@ -61,6 +64,7 @@ import numpy as np
 import torch
 from fairseq.incremental_decoding_utils import FairseqIncrementalState
 
+from ..modules.random_feature_attention.gates import GATE_VARIANTS
 from .common import (
     commit_info,
     machine_info,
@@ -137,12 +141,12 @@ def choose_batches(dataset, window_size: int, batch_size: int, num_batches: int)
     return [b for b in batches if len(b) == batch_size] or batches[:1]
 
 
-def build_model(task, arch: str, seed: int, max_positions: int, device: str, dtype: torch.dtype):
+def build_model(task, arch: str, seed: int, max_positions: int, device: str, dtype: torch.dtype, options=()):
     from ..models.build import build_model as build
 
     # joint dictionary, as the configs train them
-    model = build(arch, task, seed=seed, max_source_positions=max_positions, max_target_positions=max_positions,
-                  share_all_embeddings=True)
+    model = build(arch, task, options, seed=seed, max_source_positions=max_positions,
+                  max_target_positions=max_positions, share_all_embeddings=True)
     return model.to(device=device, dtype=dtype).eval()
 
 
@@ -439,6 +443,10 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
         for name, key in (("rfa", "rfa_share_of_ceiling"), (FUSED, "rfa_fused_share_of_ceiling")):
             if name in speeds:
                 summary[key] = speeds[name] / speeds[CEILING]
+    gated = [name for name in speeds if name.startswith("rfa-")]
+    for baseline, key in (("rfa", "over_rfa"), ("rfa-sgate", "over_sgate")):
+        if gated and baseline in speeds:
+            summary[key] = {name: speeds[name] / speeds[baseline] for name in gated if name != baseline}
     if args.profile:
         summary["profile"] = {name: profile_batch(model, dataset, batches[0], args.beam, device, args.profile)
                               for name, model in models.items()}
@@ -458,6 +466,8 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
         line += f"; ceiling/transformer {summary['ceiling_speedup']:.2f}x"
         if "rfa_share_of_ceiling" in summary:
             line += f", RFA/ceiling {summary['rfa_share_of_ceiling']:.2f}"
+    line += "".join(f"; {name} {speeds[name]:.1f} tokens/s ({speeds[name] / speeds['rfa']:.2f} of RFA's)"
+                    for name in gated if "rfa" in speeds)
     print(line + f"; cache reordering {summary['reorder_share']['transformer']:.0%} of the transformer's forward "
           f"time", flush=True)
     return summary
@@ -477,6 +487,10 @@ def run(args) -> Dict:
         list(QUICK_WINDOW_SIZES if args.quick else WINDOW_SIZES)
     batch_scale = args.batch_scale if args.batch_scale is not None else (1 / 32 if args.quick else 1 / 8)
     num_batches = args.batches if args.batches is not None else (1 if args.quick else 2)
+    rfa_gates = [gate.strip() for gate in (args.rfa_gates or "").split(",") if gate.strip() not in ("", "none")]
+    unknown = [gate for gate in rfa_gates if gate not in GATE_VARIANTS]
+    if unknown:
+        raise SystemExit(f"--rfa-gates {args.rfa_gates}: unknown gates {unknown}; expected {GATE_VARIANTS}")
     if args.batch_sizes:
         explicit = [int(x) for x in args.batch_sizes.split(",")]
         if min(explicit) < 1:
@@ -494,6 +508,7 @@ def run(args) -> Dict:
                            "paper_batch_sizes": {L: PAPER_BATCH_SIZES[L] for L in window_sizes},
                            "batches_per_window_size": num_batches, "models": architectures,
                            "rfa_decoding": {DECODING_PATHS[path]: path for path in paths}, "dtype": args.dtype,
+                           "rfa_gates": rfa_gates,
                            "seed": args.seed, "quick": bool(args.quick), "tiny": bool(args.tiny),
                            "kernel_counts": args.kernel_counts and
                            f"steps {[2 ** i for i in range(args.kernel_counts)]} of a quarter of the first batch: "
@@ -513,6 +528,9 @@ def run(args) -> Dict:
             models[DECODING_PATHS[path]] = build_model(task, architectures["rfa"], args.seed, args.max_positions,
                                                        device, dtype)
             set_decoding_path(models[DECODING_PATHS[path]], path)
+        for gate in rfa_gates:
+            models[f"rfa-{gate}"] = build_model(task, architectures["rfa"], args.seed, args.max_positions, device,
+                                                dtype, options=["--rfa-gate", gate])
         if not args.no_ceiling:
             models[CEILING] = remove_decoder_attention(
                 build_model(task, architectures["transformer"], args.seed, args.max_positions, device, dtype))
@@ -666,6 +684,9 @@ def main(argv=None) -> int:
                                  "kernels and operators launched per step")
     run_parser.add_argument("--tiny", action="store_true",
                             help="the *_tiny architectures: a fast check of the code paths, not a measurement")
+    run_parser.add_argument("--rfa-gates", metavar="GATE[,GATE...]",
+                            help="also decode RFA with these causal gates (sgate, sgate-avg, token, feature), "
+                                 "beside ungated RFA: what a gate costs in decoding")
     run_parser.add_argument("--no-ceiling", action="store_true",
                             help="skip the third model, the transformer without decoder attention "
                                  "(the bound on any attention's speedup)")

@@ -1,11 +1,13 @@
 """Training speed and memory of RFA against the transformer as the window grows (paper sizes).
 
     python -m rfa_doc_mt.bench.training_speed run --out training_speed.json [--window-sizes 1,4,15]
+        [--rfa-gates none,sgate,token,feature]
 
 For every window size L and both models (``doc_transformer``, ungated ``rfa_doc_transformer``,
-randomly initialised), one batch of random windows of L sentences of ``--sentence-length``
-tokens, as many windows as make ``--tokens`` tokens (the same number of tokens at every L),
-and a training step on it: forward, label-smoothed cross-entropy, backward (no optimiser
+randomly initialised; ``--rfa-gates`` measures RFA with the causal gates it lists instead,
+``rfa-<gate>``), one batch of random windows of L sentences of ``--sentence-length`` tokens, as
+many windows as make ``--tokens`` tokens (the same number of tokens at every L), and a training
+step on it: forward, label-smoothed cross-entropy, backward (no optimiser
 update, which costs the same for both). Each (model, L) runs in a fresh process, one after
 the other, never two at once:
 
@@ -21,7 +23,9 @@ With ``--device cuda`` every step ends with a synchronisation, so that its time 
 A measurement that fails (e.g. out of memory) is recorded with its error, and the others go on.
 
 The JSON holds the machine, the commit, the settings and each measurement, with
-``rfa_over_transformer`` (RFA's step time ÷ the transformer's) per L.
+``rfa_over_transformer`` (RFA's step time ÷ the transformer's) per L, and with more than one
+gate, ``over_transformer`` and ``over_sgate`` (every RFA's step time ÷ the transformer's, ÷
+RFA-sgate's where it was measured).
 """
 
 import argparse
@@ -34,9 +38,15 @@ from typing import Dict
 
 import torch
 
+from ..modules.random_feature_attention.gates import GATE_VARIANTS
 from .common import commit_info, machine_info, random_window_step, record_load_at_end, timed_steps, write_json
 
 MODELS = {"transformer": "doc_transformer", "rfa": "rfa_doc_transformer"}
+
+
+def rfa_name(gate: str) -> str:
+    """The name of RFA with causal gate ``gate`` in the results: ``rfa`` (ungated), ``rfa-sgate``..."""
+    return "rfa" if gate == "none" else f"rfa-{gate}"
 
 
 def measure(args) -> Dict:
@@ -46,8 +56,9 @@ def measure(args) -> Dict:
     torch.set_num_threads(args.threads)
     cuda = args.device.startswith("cuda")
     dictionary, separator = toy_dictionary(args.vocabulary - 5)  # with the 4 special symbols and <sep>
+    options = [] if args.model == "transformer" else ["--rfa-gate", args.gate]
     arch = MODELS[args.model] + ("_tiny" if args.tiny else "")
-    model = build_model(arch, dictionary_task(dictionary, separator), seed=args.seed,
+    model = build_model(arch, dictionary_task(dictionary, separator), options, seed=args.seed,
                         share_all_embeddings=True, max_source_positions=2048, max_target_positions=2048)
     model = model.to(args.device).train()
     step, windows, batch_tokens = random_window_step(model, dictionary, separator, args.tokens, args.window_size,
@@ -68,7 +79,8 @@ def measure(args) -> Dict:
     peak = torch.cuda.max_memory_allocated(args.device) if cuda else \
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     per_step = statistics.median(seconds)
-    return {"model": args.model, "arch": arch, "window_size": args.window_size, "windows": windows,
+    name = args.model if args.model == "transformer" else rfa_name(args.gate)
+    return {"model": name, "arch": arch, "window_size": args.window_size, "windows": windows,
             "tokens": batch_tokens, "seconds_per_step": per_step, "step_seconds": seconds,
             "tokens_per_second": batch_tokens / per_step, "peak_mb": (peak - before) / 2 ** 20,
             "peak_memory": "GPU memory allocated" if cuda else "resident memory (ru_maxrss)"}
@@ -78,17 +90,20 @@ def run(args) -> Dict:
     result = {"machine": machine_info(args.device), "commit": commit_info(),
               "settings": {"window_sizes": args.window_sizes, "tokens": args.tokens, "steps": args.steps,
                            "sentence_length": args.sentence_length, "vocabulary": args.vocabulary,
-                           "threads": args.threads, "models": MODELS, "device": args.device, "tiny": args.tiny,
+                           "threads": args.threads, "models": MODELS, "rfa_gates": args.rfa_gates,
+                           "device": args.device, "tiny": args.tiny,
                            "step": "forward + label-smoothed cross-entropy + backward, no optimiser update"},
               "runs": [], "summary": []}
     for window_size in args.window_sizes:
         figures = {}
-        for name in MODELS:
-            command = [sys.executable, "-m", "rfa_doc_mt.bench.training_speed", "measure", "--model", name,
-                       "--window-size", str(window_size), "--tokens", str(args.tokens), "--steps", str(args.steps),
-                       "--sentence-length", str(args.sentence_length), "--vocabulary", str(args.vocabulary),
-                       "--threads", str(args.threads), "--seed", str(args.seed), "--device", args.device] + \
-                (["--tiny"] if args.tiny else [])
+        models = [("transformer", "none")] + [("rfa", gate) for gate in args.rfa_gates]
+        for model, gate in models:
+            name = model if model == "transformer" else rfa_name(gate)
+            command = [sys.executable, "-m", "rfa_doc_mt.bench.training_speed", "measure", "--model", model,
+                       "--gate", gate, "--window-size", str(window_size), "--tokens", str(args.tokens),
+                       "--steps", str(args.steps), "--sentence-length", str(args.sentence_length),
+                       "--vocabulary", str(args.vocabulary), "--threads", str(args.threads), "--seed", str(args.seed),
+                       "--device", args.device] + (["--tiny"] if args.tiny else [])
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
                 error = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
@@ -100,15 +115,30 @@ def run(args) -> Dict:
             print(f"L={window_size:2d} {name:11s} {figures[name]['tokens']:6d} tokens "
                   f"{figures[name]['seconds_per_step']:7.2f} s/step {figures[name]['tokens_per_second']:8.1f} tokens/s "
                   f"peak +{figures[name]['peak_mb']:7.1f} MB", flush=True)
-        if len(figures) < len(MODELS):
-            continue
-        ratio = figures["rfa"]["seconds_per_step"] / figures["transformer"]["seconds_per_step"]
-        memory_ratio = figures["rfa"]["peak_mb"] / max(figures["transformer"]["peak_mb"], 1e-9)
-        result["summary"].append({"window_size": window_size, "rfa_over_transformer": ratio,
-                                  "rfa_over_transformer_memory": memory_ratio})
-        print(f"L={window_size:2d}: RFA step time / transformer's {ratio:.2f}, peak memory {memory_ratio:.2f}",
-              flush=True)
+        summary = {"window_size": window_size}
+        if "rfa" in figures and "transformer" in figures:
+            ratio = figures["rfa"]["seconds_per_step"] / figures["transformer"]["seconds_per_step"]
+            memory_ratio = figures["rfa"]["peak_mb"] / max(figures["transformer"]["peak_mb"], 1e-9)
+            summary.update(rfa_over_transformer=ratio, rfa_over_transformer_memory=memory_ratio)
+            print(f"L={window_size:2d}: RFA step time / transformer's {ratio:.2f}, peak memory {memory_ratio:.2f}",
+                  flush=True)
+        if len(args.rfa_gates) > 1 or args.rfa_gates != ["none"]:
+            for baseline, key in (("transformer", "over_transformer"), ("rfa-sgate", "over_sgate")):
+                if baseline in figures:
+                    summary[key] = {name: f["seconds_per_step"] / figures[baseline]["seconds_per_step"]
+                                    for name, f in figures.items() if name.startswith("rfa")}
+                    print(f"L={window_size:2d}: step time / {baseline}'s: "
+                          + ", ".join(f"{name} {r:.2f}" for name, r in summary[key].items()), flush=True)
+        result["summary"].append(summary)
     return record_load_at_end(result)
+
+
+def _gates(value: str):
+    gates = [gate.strip() for gate in value.split(",") if gate.strip()]
+    unknown = [gate for gate in gates if gate not in GATE_VARIANTS]
+    if unknown or not gates:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected gates from {GATE_VARIANTS}")
+    return gates
 
 
 def main(argv=None) -> int:
@@ -129,9 +159,13 @@ def main(argv=None) -> int:
                          help="the *_tiny architectures: a fast check of the code paths, not a measurement")
         if name == "run":
             sub.add_argument("--window-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 15])
+            sub.add_argument("--rfa-gates", type=_gates, default=["none"],
+                             help="causal gates of the RFA models measured beside the transformer, comma-"
+                                  f"separated from {','.join(GATE_VARIANTS)} (default none: ungated RFA)")
             sub.add_argument("--out", required=True, help="JSON file to write")
         else:
             sub.add_argument("--model", choices=sorted(MODELS), required=True)
+            sub.add_argument("--gate", choices=GATE_VARIANTS, default="none", help="RFA's causal gate")
             sub.add_argument("--window-size", type=int, required=True)
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():

@@ -1,12 +1,16 @@
 """RFA document transformer (paper 000): the baseline with random feature attention in the
-decoder's causal and cross attention, optionally with the sentential gate (§3.2).
+decoder's causal and cross attention, optionally with the sentential gate (§3.2) or the gates of
+RFA's successors, at every token.
 
 The encoder keeps softmax self-attention (the paper uses RFA where decoding speed is
-decided: decoder causal and cross attention). Variants of Table 1::
+decided: decoder causal and cross attention). Variants of Table 1, and the two successors::
 
     RFA            --rfa-gate none
     RFA-sgate      --rfa-gate sgate      --rfa-gate-bias-init {1,2}
     RFA-sgate-avg  --rfa-gate sgate-avg
+    RFA-token      --rfa-gate token      (Peng et al. 2021 §3.3: a gate per head at every token)
+    RFA-feature    --rfa-gate feature    --rfa-gate-rank 16 --rfa-gate-temperature 16
+                                         (GLA, Yang et al. 2023: a decay per feature at every token)
 
 fairseq's decoder layer loop passes no token ids to the attention modules, so the decoder
 computes the sentence starts of each forward (from ``prev_output_tokens``, and from the
@@ -25,8 +29,11 @@ from fairseq.utils import safe_getattr
 from torch import nn
 
 from ..modules.random_feature_attention import (
+    FEATURE_GATE_RANK,
+    FEATURE_GATE_TEMPERATURE,
     FEATURE_MAPS,
     GATE_VARIANTS,
+    SENTENCE_GATES,
     RandomFeatureCausalAttention,
     RandomFeatureCrossAttention,
     module_seed,
@@ -39,7 +46,9 @@ from .doc_transformer import (
     wrap_layer,
 )
 
-DEFAULT_GATE_BIAS = {"sgate": 2.0, "sgate-avg": 0.0, "none": 0.0}
+# the token gate's 0 is RFA's (paper 000 A.2: "instead of setting it to zero as in RFA"), the
+# feature gate's GLA's (α = σ(0)^{1/16} ≈ 0.96)
+DEFAULT_GATE_BIAS = {"sgate": 2.0, "sgate-avg": 0.0, "none": 0.0, "token": 0.0, "feature": 0.0}
 # the decoder attentions RFA can replace (the paper replaces both)
 RFA_ATTENTIONS = ("causal", "cross")
 
@@ -54,6 +63,8 @@ class RFAOptions:
     causal_proj_dim: int = 32
     gate: str = "none"
     gate_bias_init: Optional[float] = None  # None: DEFAULT_GATE_BIAS of the gate
+    gate_rank: int = FEATURE_GATE_RANK
+    gate_temperature: float = FEATURE_GATE_TEMPERATURE
     cross_gate: bool = False
     feature_map: str = "fourier"
     learned_tau: bool = True  # as the authors' release trains every model
@@ -100,7 +111,8 @@ class RFADecoderLayer(TransformerDecoderLayerBase):
         return _with_tau_init(RandomFeatureCausalAttention(
             embed_dim, cfg.decoder.attention_heads, o.causal_proj_dim,
             seed=module_seed(o.seed, self.layer_index, "causal"), feature_map=o.feature_map,
-            learned_tau=o.learned_tau, gate=o.gate, gate_bias_init=o.gate_bias_init), o.tau_init)
+            learned_tau=o.learned_tau, gate=o.gate, gate_bias_init=o.gate_bias_init, gate_rank=o.gate_rank,
+            gate_temperature=o.gate_temperature), o.tau_init)
 
     def build_encoder_attention(self, embed_dim, cfg):
         o = self.options
@@ -156,7 +168,7 @@ class RFATransformerDecoder(TransformerDecoder):
     def _begin_forward(self, prev_output_tokens, encoder_out, incremental_state) -> None:
         """Hand each RFA module what this forward needs beside its inputs: sentence starts for
         the gates, and a new random-matrix draw held for the whole pass."""
-        needs_target = self.options.gate != "none"
+        needs_target = self.options.gate in SENTENCE_GATES  # the token and feature gates read no boundaries
         needs_source = self.options.cross_gate
         target_starts = source_starts = None
         if needs_target:
@@ -198,12 +210,20 @@ class RFADocTransformerModel(DocTransformerModel):
         parser.add_argument("--rfa-causal-proj-dim", type=int, metavar="D",
                             help="random projections of decoder causal attention; paper: 32 or 64")
         parser.add_argument("--rfa-gate", choices=GATE_VARIANTS,
-                            help="sentential gate in causal attention: none (RFA), sgate (decay the "
-                                 "previous sentences, paper §3.2) or sgate-avg (weighted average of "
-                                 "previous and current sentence)")
+                            help="gate of causal attention: none (RFA), sgate (decay the previous "
+                                 "sentences at each sentence start, paper §3.2), sgate-avg (weighted "
+                                 "average of previous and current sentence), token (a gate per head at "
+                                 "every token, Peng et al. 2021 §3.3) or feature (a decay per feature of "
+                                 "the state at every token, GLA's low-rank gate, Yang et al. 2023)")
         parser.add_argument("--rfa-gate-bias-init", type=float, metavar="B",
                             help="initial gate bias b_f (paper: searched in {1, 2}); default 2 for "
-                                 "sgate, 0 for sgate-avg")
+                                 "sgate, 0 for sgate-avg, token and feature")
+        parser.add_argument("--rfa-gate-rank", type=int, metavar="R",
+                            help=f"feature gate: rank of its projection x W_1 W_2 (default "
+                                 f"{FEATURE_GATE_RANK}, as GLA)")
+        parser.add_argument("--rfa-gate-temperature", type=float, metavar="T",
+                            help=f"feature gate: temperature τ of α = σ(x W_1 W_2 + b)^(1/τ) (default "
+                                 f"{FEATURE_GATE_TEMPERATURE:g}, as GLA; larger keeps α nearer 1)")
         parser.add_argument("--rfa-cross-gate", action="store_true",
                             help="also gate cross attention over the source's sentences (paper A.2: "
                                  "hurt BLEU by about 1 on IWSLT)")

@@ -43,10 +43,13 @@ def _rfa_family(prefix: str) -> Dict[str, str]:
 
 
 def rfa_table1_systems(prefix: Optional[str]) -> List[Tuple[str, System]]:
-    labels = {"transformer": "Transformer", "rfa": "RFA", "rfa_sgate_avg": "RFA-sgate-avg", "rfa_sgate": "RFA-sgate"}
+    labels = {"transformer": "Transformer", "rfa": "RFA", "rfa_sgate_avg": "RFA-sgate-avg", "rfa_sgate": "RFA-sgate",
+              "rfa_token": "RFA-token", "rfa_feature": "RFA-feature"}
     rows = []
     for row_id in PAPER_RFA_TABLE1:
         family, window = row_id.rsplit("_L", 1)
+        if prefix is not None and family not in _rfa_family(prefix):
+            continue  # the gates at every token: the embedded corpus only (no paper configs)
         if prefix is None:
             system = demo(row_id, labels[family])
         else:
@@ -113,6 +116,8 @@ def lstm_systems(embedded: bool) -> List[Tuple[str, System]]:
 CONTEXT_FAMILIES = {"transformer": "Transformer", "rfa_sgate": "RFA-sgate", "lsh": "LSH self+cross",
                     "long_short": "long-short masking"}
 CONTEXT_LENGTHS = (1, 4, 8, 15)
+# RFA's gates at every token at the longest windows only, beside RFA-sgate at L = 15
+CONTEXT_GATE_FAMILIES = {"rfa_token": "RFA-token", "rfa_feature": "RFA-feature"}
 CONTEXT_MEMORY_STAGE1 = System("sentence-level transformer, stage 1 of the memory model",
                                "configs/context/transformer_L1.sh", share=1 - MEMORY_FINETUNE_SHARE,
                                name="context-transformer_L1-memory_stage1")
@@ -121,6 +126,8 @@ CONTEXT_MEMORY_STAGE1 = System("sentence-level transformer, stage 1 of the memor
 def context_length_systems() -> List[Tuple[str, System]]:
     rows = [(f"{family}_L{window}", System(f"{label} L={window}", f"configs/context/{family}_L{window}.sh"))
             for family, label in CONTEXT_FAMILIES.items() for window in CONTEXT_LENGTHS]
+    rows += [(f"{family}_L15", System(f"{label} L=15", f"configs/context/{family}_L15.sh"))
+             for family, label in CONTEXT_GATE_FAMILIES.items()]
     rows.append(("memory", System("recurrent memory (whole document)", "configs/demo/memory_L1.sh",
                                   CONTEXT_MEMORY_STAGE1.key, MEMORY_FINETUNE_SHARE, "context-memory")))
     return rows
@@ -157,7 +164,8 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                # at convergence: each family at L = 4 and 15 and the memory model, a second seed at L = 15
                convergence=CONTEXT_LENGTH_CONVERGENCE,
                converged_rows=tuple(f"{family}_L{window}" for family in CONTEXT_FAMILIES for window in (4, 15))
-               + ("memory",), converged_seeds={f"{family}_L15": 2 for family in CONTEXT_FAMILIES}),
+               + tuple(f"{family}_L15" for family in CONTEXT_GATE_FAMILIES) + ("memory",),
+               converged_seeds={f"{family}_L15": 2 for family in {**CONTEXT_FAMILIES, **CONTEXT_GATE_FAMILIES}}),
 ]}
 for _experiment in EXPERIMENTS.values():
     _experiment.script = f"scripts/reproduce_{_experiment.name}.sh"

@@ -208,7 +208,12 @@ class Experiment:
 # Paper numbers (the papers' text): shown beside ours, never compared as if comparable.
 PAPER_RFA_TABLE1 = {  # paper 000, Table 1: BLEU, IWSLT15 zh-en and OpenSubtitles2018 en-ru
     "transformer_L1": (31.7, 32.6), "rfa_L1": (31.0, 32.9), "transformer_L4": (30.4, 33.1),
-    "rfa_L4": (30.7, 33.2), "rfa_sgate_avg_L4": (30.8, 33.0), "rfa_sgate_L4": (31.2, 33.2)}
+    "rfa_L4": (30.7, 33.2), "rfa_sgate_avg_L4": (30.8, 33.0), "rfa_sgate_L4": (31.2, 33.2),
+    # RFA's successors' gates at every token (per head: Peng et al. 2021 §3.3; per feature: GLA),
+    # beside RFA-sgate at L = 4 on the embedded corpus only (no paper numbers, no paper configs)
+    "rfa_token_L4": (None, None), "rfa_feature_L4": (None, None)}
+# the rows compared with RFA-sgate of their L too (the granularity of forgetting)
+SGATE_COMPARED_ROWS = ("rfa_token_L4", "rfa_feature_L4")
 PAPER_RFA_SPEEDUP = {  # paper 000 §5 (text of Figure 4): RFA/transformer tokens per second
     "cpu": {1: 1.58, 15: 19.2}, "gpu": {15: 2.09}}
 PAPER_LSH_TABLE2 = {  # paper 003, Table 2: IWSLT EN→DE BLEU, ContraPro accuracy, WMT peak memory (GB)

@@ -14,6 +14,7 @@ from .papers import (
     PAPER_MEMORY_TABLE3,
     PAPER_RFA_SPEEDUP,
     PAPER_RFA_TABLE1,
+    SGATE_COMPARED_ROWS,
 )
 
 
@@ -196,6 +197,7 @@ def table_rfa_table1(context) -> Tuple[str, list]:
     """Table 1 with each row's seeds (mean ± standard deviation), each system compared with the
     transformer of its L seed by seed, and the search that chose the settings (embedded corpus)."""
     rows, json_rows, against, compared_any = [], [], [], None
+    against_sgate = []  # the gates at every token against RFA-sgate (SGATE_COMPARED_ROWS)
     chosen = context.search.chosen() if context.search else {}
     for row_id, system in context.systems:
         seeded = context.seeds[row_id]
@@ -224,6 +226,14 @@ def table_rfa_table1(context) -> Tuple[str, list]:
                 cells = [cell for metric, digits in TABLE1_METRICS
                          for cell in fmt_comparison(seed_comparison.get(metric), digits)]
                 against.append([system.label, window, str(seed_comparison["seed"])] + cells)
+        sgate_row = f"rfa_sgate_L{window}"
+        if row_id in SGATE_COMPARED_ROWS and sgate_row in context.seeds and context.runs:
+            compared = compare_seeds(context.runs, context.seeds[sgate_row], seeded)
+            entry["against_sgate"] = {"baseline_row": sgate_row, "per_seed": compared}
+            for seed_comparison in compared:
+                cells = [cell for metric, digits in TABLE1_METRICS
+                         for cell in fmt_comparison(seed_comparison.get(metric), digits)]
+                against_sgate.append([system.label, window, str(seed_comparison["seed"])] + cells)
         json_rows.append(entry)
     trained_header = CONVERGENCE_HEADER if context.converged else ["updates"]
     table = markdown(["system", "L", "setting", *trained_header, "seeds", "s-BLEU", "d-BLEU", "consistency (pooled)",
@@ -238,10 +248,15 @@ def table_rfa_table1(context) -> Tuple[str, list]:
             f"Tests: s-BLEU over the {bleu['units']} test sentences and d-BLEU over the test documents with "
             f"sacrebleu's {bleu['test'].replace(' (sacrebleu)', '')} ({bleu['samples']} resamples, seed "
             f"{bleu['seed']}; its p-value)" + (
-                f"; consistency with a paired bootstrap over the {consistency['units']} contrastive examples (as "
+                f"; consistency with a paired bootstrap over the {consistency['units']} {consistency['unit_name']} (as "
                 "many resamples, the same seed; p of the shifted bootstrap)" if consistency else "") +
             ". Intervals: the 2.5% and 97.5% order statistics of the paired resamples' differences; two identical "
             "outputs: p = 1. The same figures for any two outputs: `python -m rfa_doc_mt.scoring.compare`.")
+    if against_sgate:
+        table += ("\n\nThe gates at every token against RFA-sgate of the same L and seed (difference = "
+                  "system − RFA-sgate, its 95% interval, p):\n\n" +
+                  markdown(["system", "L", "seed", "Δ s-BLEU [95% interval]", "p", "Δ d-BLEU [95% interval]", "p",
+                            "Δ consistency [95% interval]", "p"], against_sgate, right_from=1))
     if context.search and context.search.searches:
         search_rows = context.search.search_rows()
         context.extra["search"] = search_rows

@@ -24,11 +24,21 @@ Recht, 2008), so that attention becomes (paper 000 §3.1)::
   ``log_forget = log f_t`` and ``key_weight = c_t``; padding is ``f = 1, c = 0``. Every gate
   depends only on its own example: nothing is shared between the rows of a batch.
 
+  RFA's successors gate at every token. Peng et al.'s own gated RFA (2021 §3.3, "token"), one
+  gate per head from the token's input representation x_t, is the same recurrence with
+  ``f_t = g_t = σ(w_g·x_t + b_g)`` and ``c_t = 1 - g_t`` (head-wise decay, as Mamba-2's scalar
+  decay, Dao and Gu 2024). GLA (Yang et al. 2023, "feature") decays each feature of the state::
+
+      α_t = σ(x_t W_1 W_2 + b)^{1/τ},   S_t = Diag(α_t) S_{t-1} + φ(k_t) [v_t, 1]ᵀ
+
+  which is ``log_forget`` [batch, heads, time, F] with no key weight (:mod:`.gates`); every form
+  takes it, the training form through :func:`.training.chunked_per_feature_causal_rfa`.
+
 The package, by form (DESIGN.md, "three forms, one truth"):
 
 * :mod:`.features`: the random matrices (a seeded bank, a fixed evaluation matrix), the
   feature maps and the release's key norm-rescale;
-* :mod:`.gates`: the sentential gates as per-token ``log_forget`` and ``key_weight``;
+* :mod:`.gates`: the gates as ``log_forget`` and ``key_weight`` (sentential, token, feature);
 * :mod:`.state`: the state every form carries, ``[batch, heads, F, dv + 1]`` (S with z as its
   last column; decoding stores it column-major, the same values with a faster readout), and
   the floored readout;
@@ -56,7 +66,8 @@ Numerics: feature maps, states, normalisers and gates are computed in fp32 whate
 input dtype (autocast off inside the op); the output is cast back. The normaliser
 ``φ(q)·z`` (an estimate of the attention mass, which Fourier features can make small or
 negative) is floored at :data:`NORMALISER_FLOOR`. Decays are applied as ``exp`` of sums of
-``log f`` that are never positive, so no term can overflow.
+``log f`` that are never positive, so no term can overflow, per head or per feature, whatever the
+gates (the per-feature training form's bound: :func:`.training.chunked_per_feature_causal_rfa`).
 
 Shapes: ops take ``[batch, heads, time, dim]``; the modules take fairseq's ``[time, batch,
 embed_dim]``.
@@ -76,15 +87,27 @@ from .features import (
     positive_random_features,
     random_fourier_features,
 )
-from .gates import GATE_VARIANTS, final_key_weights, sentence_gates
+from .gates import (
+    FEATURE_GATE_RANK,
+    FEATURE_GATE_TEMPERATURE,
+    GATE_VARIANTS,
+    SENTENCE_GATES,
+    LowRankFeatureGate,
+    feature_gates,
+    final_key_weights,
+    sentence_gates,
+    token_gates,
+)
 from .incremental import causal_decoding_step, causal_rfa_step, incremental_causal_rfa
 from .layers import RandomFeatureCausalAttention, RandomFeatureCrossAttention
-from .reference import reference_causal_rfa, reference_cross_rfa
+from .reference import reference_causal_rfa, reference_cross_rfa, reference_per_feature_causal_rfa
 from .state import NORMALISER_FLOOR, join_state, split_state
 from .training import (
     CHUNK_SIZE,
+    PER_FEATURE_CHUNK_SIZE,
     cheapest_chunk_size,
     chunked_causal_rfa,
+    chunked_per_feature_causal_rfa,
     cross_rfa,
     cross_rfa_read,
     cross_rfa_readout,
@@ -93,12 +116,15 @@ from .training import (
 )
 
 __all__ = [
-    "CHUNK_SIZE", "FEATURE_MAPS", "GATE_VARIANTS", "MIN_TAU", "NORMALISER_FLOOR", "RANDOM_MATRIX_BANK_SIZE",
-    "RandomFeatureCausalAttention", "RandomFeatureCrossAttention", "RandomMatrices", "causal_decoding_step",
-    "causal_rfa_step",
-    "cheapest_chunk_size", "chunked_causal_rfa", "cross_rfa", "cross_rfa_read", "cross_rfa_readout",
-    "cross_rfa_summary", "cross_rfa_state",
-    "feature_map_function", "feature_size", "final_key_weights", "incremental_causal_rfa", "join_state",
+    "CHUNK_SIZE", "FEATURE_GATE_RANK", "FEATURE_GATE_TEMPERATURE", "FEATURE_MAPS", "GATE_VARIANTS", "MIN_TAU",
+    "NORMALISER_FLOOR", "PER_FEATURE_CHUNK_SIZE", "RANDOM_MATRIX_BANK_SIZE", "SENTENCE_GATES",
+    "LowRankFeatureGate", "RandomFeatureCausalAttention", "RandomFeatureCrossAttention", "RandomMatrices",
+    "causal_decoding_step", "causal_rfa_step",
+    "cheapest_chunk_size", "chunked_causal_rfa", "chunked_per_feature_causal_rfa", "cross_rfa", "cross_rfa_read",
+    "cross_rfa_readout", "cross_rfa_summary", "cross_rfa_state",
+    "feature_gates", "feature_map_function", "feature_size", "final_key_weights", "incremental_causal_rfa",
+    "join_state",
     "l2_normalise", "module_seed", "norm_rescale_weights", "orthogonal_random_matrices", "positive_random_features",
-    "random_fourier_features", "reference_causal_rfa", "reference_cross_rfa", "sentence_gates", "split_state",
+    "random_fourier_features", "reference_causal_rfa", "reference_cross_rfa", "reference_per_feature_causal_rfa",
+    "sentence_gates", "split_state", "token_gates",
 ]

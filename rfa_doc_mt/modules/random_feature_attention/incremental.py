@@ -3,7 +3,9 @@
 :func:`causal_decoding_step` is what decoding runs: a short prefix is kept as its keys and
 values (:func:`causal_keys_step`), which is less to read, update and reorder than the state
 until the prefix reaches ``F (dv + 1) / (F + dv + 1)`` tokens (32 at the paper's causal sizes),
-and as the state after that (:func:`causal_rfa_step`, constant work per step).
+and as the state after that (:func:`causal_rfa_step`, constant work per step). A decay per
+feature (the feature gate, ``forget`` [batch, heads, F]) works in both: it scales the features of
+the kept keys as it scales the rows of the state, ``Diag(f) Σ φ(k) [v, 1]ᵀ = Σ (f ⊙ φ(k)) [v, 1]ᵀ``.
 :func:`incremental_causal_rfa` runs it over a sequence with the signature of the other forms
 (:mod:`.reference`); cross RFA's incremental form is the module's cached source summary
 (:func:`.training.cross_rfa_summary`), read at every step (:func:`.training.cross_rfa_read`).
@@ -30,7 +32,8 @@ def causal_rfa_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, state: Optional[Ten
     Args:
         phi_q, phi_k: [batch, heads, F] (any strides); v: [batch, heads, dv]
         state: [batch, heads, F, dv + 1] or None (empty prefix)
-        forget: [batch, heads] f_t (None: 1); key_weight: [batch, heads] c_t (None: 1)
+        forget: [batch, heads] f_t (None: 1), or [batch, heads, F]: a decay per feature (the
+            state's rows); key_weight: [batch, heads] c_t (None: 1)
     """
     batch, heads, features = phi_q.shape
     values = with_ones(v.float())
@@ -51,7 +54,7 @@ def causal_rfa_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, state: Optional[Ten
         state = column_major_state((row.transpose(-1, -2) * column.transpose(-1, -2)).contiguous())
     else:
         if forget is not None:
-            gate = forget.float().view(batch, heads, 1, 1)
+            gate = forget.float().view(batch, heads, -1, 1)  # 1 or F rows
             state = state.mul_(gate) if in_place else state * gate
         state = state.addcmul_(column, row) if in_place else torch.addcmul(state, column, row)
         if not (state.is_contiguous() or is_column_major(state)):
@@ -97,7 +100,8 @@ def causal_keys_step(phi_q: Tensor, phi_k: Tensor, v: Tensor, keys: Optional[Ten
         phi_k = phi_k * key_weight.float().unsqueeze(-1)
     key, value = phi_k.unsqueeze(2), with_ones(v.float()).unsqueeze(2)
     length = 0 if keys is None else keys.size(2)
-    gate = None if forget is None or keys is None else forget.float().view(batch, heads, 1, 1)
+    # f_t, or a decay per feature: the columns of the keys, as it is the rows of the state
+    gate = None if forget is None or keys is None else forget.float().view(batch, heads, 1, -1)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (keys, values, key, value, gate)):
         if keys is not None and rows is not None:
             keys, values = keys.index_select(0, rows), values.index_select(0, rows)

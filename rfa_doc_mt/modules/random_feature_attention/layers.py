@@ -22,11 +22,22 @@ from .features import (
     unit_vectors,
 )
 from .fused import fused_causal_step, fused_cross_read, uses_fused_decoding
-from .gates import GATE_VARIANTS, final_key_weights, sentence_gates
+from .gates import (
+    FEATURE_GATE_RANK,
+    FEATURE_GATE_TEMPERATURE,
+    GATE_VARIANTS,
+    SENTENCE_GATES,
+    LowRankFeatureGate,
+    feature_gates,
+    final_key_weights,
+    sentence_gates,
+    token_gates,
+)
 from .incremental import PREFIX_NAMES, causal_decoding_step
 from .state import column_major_state, is_column_major, normalised, select_rows
 from .training import (
     CHUNK_SIZE,
+    PER_FEATURE_CHUNK_SIZE,
     cheapest_chunk_size,
     chunked_causal_rfa,
     cross_rfa_read,
@@ -65,7 +76,8 @@ class _RandomFeatureAttentionBase(HandOff, nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, kdim: Optional[int] = None,
                  feature_map: str = "fourier", learned_tau: bool = False, gate: str = "none",
-                 gate_bias_init: float = 0.0, use_gate: bool = False):
+                 gate_bias_init: float = 0.0, use_gate: bool = False, gate_rank: int = FEATURE_GATE_RANK,
+                 gate_temperature: float = FEATURE_GATE_TEMPERATURE):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim {embed_dim} is not divisible by {num_heads} heads")
@@ -81,9 +93,14 @@ class _RandomFeatureAttentionBase(HandOff, nn.Module):
         self.random_matrices = RandomMatrices(num_heads, num_projections, self.head_dim, seed)
         self.tau = nn.Parameter(torch.ones(num_heads)) if learned_tau else None
         self.gate_variant = gate if use_gate else "none"
-        # w_f, b_f of §3.2: one gate per head, from the representation of the token before
+        # one gate per head: w_f, b_f of §3.2 (sentential, from the representation of the token
+        # before) or w_g, b_g of Peng et al. (2021) §3.3 (token, from the token's own)
         self.gate_proj = nn.Linear(self.kdim if self.gate_on_keys else embed_dim, num_heads) \
-            if self.gate_variant != "none" else None
+            if self.gate_variant in SENTENCE_GATES + ("token",) else None
+        # GLA's low-rank gate (Yang et al. 2023 §4.4): one decay per head and feature, σ(·)^{1/τ}
+        self.feature_gate = LowRankFeatureGate(embed_dim, num_heads, self.features, gate_rank, gate_bias_init) \
+            if self.gate_variant == "feature" else None
+        self.gate_temperature = gate_temperature
         self.out_proj = nn.Linear(embed_dim, embed_dim)
         self.gate_bias_init = gate_bias_init
         # the decoder hands in each forward's sentence starts (modules/hand_off.py)
@@ -94,6 +111,8 @@ class _RandomFeatureAttentionBase(HandOff, nn.Module):
         if self.gate_proj is not None:
             nn.init.xavier_uniform_(self.gate_proj.weight)
             nn.init.constant_(self.gate_proj.bias, self.gate_bias_init)
+        if self.feature_gate is not None:
+            self.feature_gate.reset_parameters()
 
     def gate_logits(self, x: Tensor) -> Tensor:
         """[..., embed_dim] → [..., heads] fp32: w_f·e + b_f, in fp32 whatever the module's dtype."""
@@ -133,7 +152,10 @@ class _RandomFeatureAttentionBase(HandOff, nn.Module):
 
 @with_incremental_state
 class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
-    """Decoder self-attention as causal RFA, optionally with the sentential gate (§3.1-3.2).
+    """Decoder self-attention as causal RFA (§3.1), optionally gated: at sentence starts (§3.2,
+    ``sgate``, ``sgate-avg``), at every token per head (``token``, Peng et al. 2021 §3.3) or per
+    feature (``feature``, GLA's gate with rank ``gate_rank`` and temperature ``gate_temperature``),
+    :mod:`.gates`.
 
     Called like fairseq's ``MultiheadAttention`` by ``TransformerDecoderLayerBase``:
     ``forward(query=x, key=x, value=x, key_padding_mask, incremental_state, attn_mask)`` with
@@ -143,14 +165,17 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
     re-associated, :func:`.incremental.causal_decoding_step`, with their ``rows`` and spares),
     ``gate_logit`` [batch, heads] (logit of the last token, used when the next token starts a
     sentence), ``key_weight`` [batch, heads] (sgate-avg: the current sentence's weight) and
-    the feature map's tensors (shared by every row, :meth:`decoding_features`).
+    the feature map's tensors (shared by every row, :meth:`decoding_features`). The token and
+    feature gates read only the current token: they keep nothing more.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, feature_map: str = "fourier",
                  learned_tau: bool = False, gate: str = "none", gate_bias_init: float = 2.0,
-                 chunk_size: int = CHUNK_SIZE):
+                 chunk_size: int = CHUNK_SIZE, gate_rank: int = FEATURE_GATE_RANK,
+                 gate_temperature: float = FEATURE_GATE_TEMPERATURE):
         super().__init__(embed_dim, num_heads, num_projections, seed, feature_map=feature_map,
-                         learned_tau=learned_tau, gate=gate, gate_bias_init=gate_bias_init, use_gate=gate != "none")
+                         learned_tau=learned_tau, gate=gate, gate_bias_init=gate_bias_init, use_gate=gate != "none",
+                         gate_rank=gate_rank, gate_temperature=gate_temperature)
         self.chunk_size = chunk_size
         self.in_proj = nn.Linear(embed_dim, 3 * embed_dim)  # q, k, v in one matmul
         self.reset_parameters()
@@ -174,7 +199,10 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
             random_matrix = self.random_matrices()
             phi_q, phi_k = self.features_of(q, random_matrix), self.features_of(k, random_matrix)
             log_forget, key_weight = self._gates(query, key_padding_mask)
-            chunk_size = cheapest_chunk_size(time, phi_q.size(-1), self.head_dim, longest=self.chunk_size)
+            if self.gate_variant == "feature":  # chunks of a power of two (training.chunked_per_feature_causal_rfa)
+                chunk_size = min(self.chunk_size, PER_FEATURE_CHUNK_SIZE)
+            else:
+                chunk_size = cheapest_chunk_size(time, phi_q.size(-1), self.head_dim, longest=self.chunk_size)
             out, _ = chunked_causal_rfa(phi_q, phi_k, v, log_forget, key_weight, chunk_size=chunk_size,
                                         final_state=False)
         return self.out_proj(self._merge_heads(out, v.dtype)), None
@@ -186,15 +214,20 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
         return q, k, v
 
     def _gates(self, query: Tensor, key_padding_mask: Optional[Tensor]):
-        """log_forget, key_weight [batch, heads, time] for the whole sequence."""
+        """log_forget [batch, heads, time] (the feature gate: [batch, heads, time, F]) and key_weight
+        [batch, heads, time] for the whole sequence (:mod:`.gates`)."""
         time, batch, _ = query.shape
         if self.gate_variant == "none":
             if key_padding_mask is None or not key_padding_mask.any():
                 return None, None
             return None, (~key_padding_mask.bool()).unsqueeze(1).float().expand(batch, self.num_heads, time)
+        padding = key_padding_mask.bool() if key_padding_mask is not None else None
+        if self.gate_variant == "token":
+            return token_gates(self.gate_logits(query).permute(1, 2, 0), padding)
+        if self.gate_variant == "feature":
+            return feature_gates(self.feature_gate(query).permute(1, 2, 0, 3), self.gate_temperature, padding)
         starts = self._require_sentence_starts((batch, time))
         logits = self.gate_logits(query).permute(1, 2, 0)  # [batch, heads, time]
-        padding = key_padding_mask.bool() if key_padding_mask is not None else None
         return sentence_gates(logits, starts, self.gate_variant, padding)
 
     def _step(self, query: Tensor, key_padding_mask: Optional[Tensor], incremental_state) -> Tensor:
@@ -215,7 +248,11 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
                 phi_q, phi_k = phi[:, :, 0], phi[:, :, 1]
                 v = qkv[:, 2].float()
             forget = key_weight = None
-            if self.gate_variant != "none":
+            if self.gate_variant in ("token", "feature"):  # from this token alone: the training form's gates
+                log_forget, key_weight = self._gates(query, None)
+                forget = log_forget[:, :, 0].exp()  # [batch, heads] or [batch, heads, F]
+                key_weight = None if key_weight is None else key_weight[:, :, 0]
+            elif self.gate_variant != "none":
                 starts = self._require_sentence_starts((batch, 1))[:, 0].unsqueeze(-1)  # [batch, 1]
                 previous_logit = buffer.get("gate_logit")
                 if previous_logit is not None:
@@ -230,8 +267,9 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
             if key_padding_mask is not None and key_padding_mask.any():
                 keep = (~key_padding_mask[:, -1].bool()).float().unsqueeze(-1).expand(batch, self.num_heads)
                 key_weight = keep if key_weight is None else key_weight * keep
-                if forget is not None:
-                    forget = torch.where(keep.bool(), forget, torch.ones_like(forget))
+                if forget is not None:  # a gate of 1 on padding (per head, or for every feature of it)
+                    rows = keep.bool().view(batch, self.num_heads, *([1] * (forget.dim() - 2)))
+                    forget = torch.where(rows, forget, torch.ones_like(forget))
             prefix = {name: buffer.get(name) for name in PREFIX_NAMES}
             if fused:
                 out = fused_causal_step(qkv, self.decoding_features(buffer), prefix, forget, key_weight)
@@ -293,8 +331,8 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
     def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, kdim: Optional[int] = None,
                  feature_map: str = "fourier", learned_tau: bool = False, gate: str = "none",
                  gate_bias_init: float = 2.0, cross_gate: bool = False, norm_rescale: bool = False):
-        if cross_gate and gate == "none":
-            raise ValueError("cross gating needs a gate variant (sgate or sgate-avg)")
+        if cross_gate and gate not in SENTENCE_GATES:
+            raise ValueError(f"cross gating needs a sentential gate (sgate or sgate-avg), not {gate!r}")
         super().__init__(embed_dim, num_heads, num_projections, seed, kdim=kdim, feature_map=feature_map,
                          learned_tau=learned_tau, gate=gate, gate_bias_init=gate_bias_init, use_gate=cross_gate)
         self.norm_rescale = norm_rescale

@@ -12,6 +12,11 @@ from .state import normalised, state_readout, with_ones
 
 # Training-form chunk length: quadratic work inside a chunk, recurrent state between chunks.
 CHUNK_SIZE = 64
+# The same for a decay per feature (chunked_per_feature_causal_rfa): a power of two
+PER_FEATURE_CHUNK_SIZE = 64
+# The largest decay, -log, inside one chunk for which the per-feature form takes GLA's one-product
+# chunk form: its factors e^{±B} then stay within e^{±60} (1e-26 to 1e26), far inside fp32's range
+FACTORED_DECAY_LIMIT = 60.0
 
 
 def chunked_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Optional[Tensor] = None,
@@ -24,8 +29,13 @@ def chunked_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Opti
     chunk start; the state carries everything before it (same arguments as
     :func:`.reference.reference_causal_rfa`). Without an ``initial_state`` the first chunk reads
     no state (it would read zeros); with ``final_state=False`` the state after the last chunk is
-    neither built nor returned (``None``): a training step that only needs the outputs.
+    neither built nor returned (``None``): a training step that only needs the outputs. A
+    ``log_forget`` of one gate per feature, [batch, heads, time, F], runs
+    :func:`chunked_per_feature_causal_rfa` (with chunks of the largest power of two ≤ ``chunk_size``).
     """
+    if log_forget is not None and log_forget.dim() == 4:
+        return chunked_per_feature_causal_rfa(phi_q, phi_k, v, log_forget, key_weight, initial_state,
+                                              chunk_size=chunk_size, final_state=final_state)
     batch, heads, time, features = phi_q.shape
     phi_q, phi_k = phi_q.float(), phi_k.float()
     values = with_ones(v.float())
@@ -61,6 +71,120 @@ def chunked_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Opti
     if state is None:  # no tokens
         state = values.new_zeros(batch, heads, features, values.size(-1))
     return normalised(torch.cat(outputs, dim=2)), state
+
+
+def chunked_per_feature_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Tensor,
+                                   key_weight: Optional[Tensor] = None, initial_state: Optional[Tensor] = None,
+                                   chunk_size: int = PER_FEATURE_CHUNK_SIZE,
+                                   final_state: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
+    """Training form with a decay per feature (GLA's gate on the random-feature state,
+    :func:`.reference.reference_per_feature_causal_rfa`), linear in time and memory: log_forget
+    [batch, heads, time, F], the other arguments and the results as :func:`chunked_causal_rfa`;
+    chunks of the largest power of two ≤ ``chunk_size`` tokens (a short last chunk is filled with
+    zero keys and gates of 1, which add and decay nothing).
+
+    Numerics: the decay of key i for query t ≥ i is ``exp(B_t - B_i)`` per feature, B the
+    cumulative sum of log f (B never increases: its terms are ≤ 0 and fp32 rounding is monotone).
+    Between chunks only exponents ≤ 0 occur, as in the scalar form: a query reads the state left at
+    its chunk's start s with ``q_t e^{B_t - B_s}``, a key adds to the state at the chunk's end e
+    with ``k_i e^{B_e - B_i}``, and the state decays by ``e^{B_e - B_s}``. Inside a chunk (B from
+    its start):
+
+    * GLA's chunk form (Yang et al. 2023 §4.2), one product per chunk, ``(q_t e^{B_t})·(k_i
+      e^{-B_i})``, when no chunk decays by more than e^-60 (``-B_e ≤`` :data:`FACTORED_DECAY_LIMIT`
+      everywhere): every factor then lies within e^{±60} (1e-26 to 1e26), far inside fp32's normal
+      range (1e-38 to 3e38), so each product is the decay to 2 roundings. Beyond, ``e^{-B_i}``
+      would overflow (at -B > 88: 64 tokens of log f = -1.4);
+    * else by halving, where every exponent is a difference ``B_x - B_y`` with y ≤ x, hence ≤ 0,
+      and every factor lies in [0, 1], as GLA's secondary chunks (§4.3) but down to single tokens:
+      in a block of 2m tokens, the queries of the second half read the keys of the first through
+      ``(q_t e^{B_t - B_r})·(k_i e^{B_r - B_i})``, r the first half's last token (i ≤ r < t), one
+      product per block; i = t has decay 1. Nothing overflows, whatever the gates; a factor
+      underflows only where the decay it stands for is below 1e-38, and so is then its term. It
+      costs about twice the one-product form (log2(chunk) rescalings of the queries and keys, and
+      smaller products); what autograd keeps stays linear in the length.
+
+    The feature gate reaches the halving only where a feature's α averages below e^{-60/64} =
+    0.39 over a chunk of 64 tokens, a logit below -15 at GLA's τ = 16.
+    """
+    batch, heads, time, features = phi_q.shape
+    # a power of two, no longer than the sequence needs (a short one is not filled up to a chunk)
+    chunk = min(1 << (max(1, chunk_size).bit_length() - 1), 1 << max(0, time - 1).bit_length())
+    phi_q, phi_k, log_forget = phi_q.float(), phi_k.float(), log_forget.float()
+    values = with_ones(v.float())
+    if key_weight is not None:
+        phi_k = phi_k * key_weight.float().unsqueeze(-1)
+    if time == 0:
+        state = values.new_zeros(batch, heads, features, values.size(-1)) if initial_state is None else \
+            initial_state.float()
+        return values[..., :-1], (state if final_state else None)
+    chunks = -(-time // chunk)
+    if chunks * chunk > time:
+        fill = (0, 0, 0, chunks * chunk - time)
+        phi_q, phi_k, values, log_forget = (torch.nn.functional.pad(x, fill)
+                                            for x in (phi_q, phi_k, values, log_forget))
+    q, k, val, log_forget = (x.view(batch, heads, chunks, chunk, x.size(-1))
+                             for x in (phi_q, phi_k, values, log_forget))
+    cumulative = log_forget.cumsum(-2)  # B from each chunk's start: [batch, heads, chunks, chunk, F]
+    # the one-product form where no chunk decays by more than e^-60, else halving (see above)
+    if float(cumulative[..., -1, :].detach().min()) >= -FACTORED_DECAY_LIMIT:
+        out = _within_chunks_factored(q, k, val, cumulative)
+    else:
+        out = _within_chunks_halving(q, k, val, cumulative)
+    # the state each chunk leaves: Σ_i (k_i e^{B_e - B_i}) [v_i, 1]ᵀ for all chunks in one product,
+    # then the recurrence between chunks, S ← e^{B_e} S + added (the rows decay)
+    total = cumulative[..., -1:, :]  # B_e: [batch, heads, chunks, 1, F]
+    added = (k * (total - cumulative).exp()).transpose(-1, -2) @ val  # [batch, heads, chunks, F, dv + 1]
+    decay = total.transpose(-1, -2).exp()  # [batch, heads, chunks, F, 1]
+    state = None if initial_state is None else initial_state.float()
+    read = []  # the state at each chunk's start (None: nothing before)
+    for index in range(chunks):
+        read.append(state)
+        if index + 1 < chunks or final_state:
+            state = added[:, :, index] if state is None else state * decay[:, :, index] + added[:, :, index]
+    first = 0 if read[0] is not None else 1  # the first chunk reading a state
+    if first < chunks:
+        from_state = (q[:, :, first:] * cumulative[:, :, first:].exp()) @ torch.stack(read[first:], dim=2)
+        out = torch.cat([out[:, :, :first], out[:, :, first:] + from_state], dim=2)
+    out = normalised(out.view(batch, heads, chunks * chunk, -1)[:, :, :time])
+    if not final_state:
+        return out, None
+    return out, state
+
+
+def _within_chunks_factored(q: Tensor, k: Tensor, values: Tensor, cumulative: Tensor) -> Tensor:
+    """:func:`_within_chunks_halving` as GLA's chunk form, one product per chunk:
+    ``(q_t e^{B_t})·(k_i e^{-B_i})``, for chunks in which ``-B ≤`` :data:`FACTORED_DECAY_LIMIT`."""
+    chunk = q.size(-2)
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+    scores = (q * cumulative.exp()) @ (k * (-cumulative).exp()).transpose(-1, -2)
+    # the pairs i > t hold e^{B_t - B_i} ≥ 1 (≤ e^60, finite): dropped, never multiplied
+    return scores.masked_fill(~causal, 0.0) @ values
+
+
+def _within_chunks_halving(q: Tensor, k: Tensor, values: Tensor, cumulative: Tensor) -> Tensor:
+    """``Σ_{i ≤ t} Σ_f q_tf k_if e^{B_tf - B_if} [v_i, 1]`` over the keys i of each query t's own
+    chunk, by halving (:func:`chunked_per_feature_causal_rfa`): q, k, cumulative (B from the chunk's
+    start) [..., chunk, F], values [..., chunk, dv + 1], chunk a power of two → [..., chunk, dv + 1]."""
+    *lead, chunk, features = q.shape
+    out = (q * k).sum(-1, keepdim=True) * values  # i = t
+    half = 1
+    while half < chunk:
+        blocks = (*lead, chunk // (2 * half), 2, half)
+        # halves by unbind, whose backward stacks (a select's would fill a zero tensor per half)
+        (_, q_second), (k_first, _), (values_first, _), (B_first, B_second) = (
+            x.reshape(*blocks, x.size(-1)).unbind(-3) for x in (q, k, values, cumulative))
+        reference = B_first[..., -1:, :]  # B_r, r the last token of each block's first half
+        queries = q_second * (B_second - reference).exp()  # e^{B_t - B_r}, t > r
+        keys = k_first * (reference - B_first).exp()  # e^{B_r - B_i}, i ≤ r
+        if half == 1:  # one key per query: a dot product (a batch of 1 x 1 matrix products is slower)
+            read = (queries * keys).sum(-1, keepdim=True) * values_first
+        else:
+            read = (queries @ keys.transpose(-1, -2)) @ values_first  # [..., blocks, half, dv + 1]
+        out_first, out_second = out.reshape(*blocks, out.size(-1)).unbind(-3)
+        out = torch.stack([out_first, out_second + read], dim=-3).reshape(out.shape)
+        half *= 2
+    return out
 
 
 def cheapest_chunk_size(time: int, features: int, value_dim: int, longest: int = CHUNK_SIZE) -> int:
