@@ -51,13 +51,7 @@ import numpy as np
 import torch
 from fairseq.incremental_decoding_utils import FairseqIncrementalState
 
-from .common import (
-    commit_info,
-    machine_info,
-    record_load_at_end,
-    save_figure,
-    write_json,
-)
+from ..provenance import commit_info, machine_info, record_load_at_end, save_figure, write_json
 
 # paper 000, Table 3: batch size used to decode each window size L (32 GB A100; also its CPU runs)
 PAPER_BATCH_SIZES = {1: 1024, 2: 512, 3: 512, 4: 256, 5: 256, 10: 128, 15: 96}
