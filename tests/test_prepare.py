@@ -1,9 +1,10 @@
 """Data preparation: readers, pre/post-processing, the prepare CLI and its refusals."""
 
+import contextlib
+import io
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -511,10 +512,10 @@ def iwslt_corpus(tmp_path_factory):
     if not os.path.isdir(IWSLT_DIR):
         pytest.skip(f"{IWSLT_DIR} not available (shared data)")
     out = tmp_path_factory.mktemp("iwslt") / "iwslt15"
-    result = subprocess.run([sys.executable, "-m", "rfa_doc_mt.data.prepare", "iwslt15", "--wit3-dir", IWSLT_DIR,
-                             "--out", str(out), "--workers", "2"], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out, result.stdout
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert prepare.main(["iwslt15", "--wit3-dir", IWSLT_DIR, "--out", str(out), "--workers", "2"]) == 0
+    return out, printed.getvalue()
 
 
 @needs_iwslt
