@@ -60,6 +60,16 @@ def test_a_command_behaves_the_same_warm_and_cold(server, tmp_path):
     assert FAIRSEQ_IMPORTED in runs["cold"][1].stderr and "tensorboardX" not in runs["warm"][1].stderr
 
 
+def test_a_command_a_script_starts_runs_warm(server):
+    """scripts/common.sh's ``fairseq_command`` (train.sh, decode.sh) puts its checkout before the
+    session's PYTHONPATH: the hook stays on it, and the command is handed to the server."""
+    shell = f'source "{ROOT}/scripts/common.sh"; fairseq_command fairseq-preprocess'
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, cwd="/", timeout=300,
+                          env=dict(with_warm_start_hook(os.environ), RFA_DOC_MT_WARM_START=server))
+    assert done.returncode == 2 and "usage: python -m rfa_doc_mt.fairseq_command" in done.stderr
+    assert "tensorboardX" not in done.stderr  # fairseq was not imported again
+
+
 def test_a_users_command_runs_cold_even_with_the_variable_set(server):
     """Without tests/warm_start on its PYTHONPATH (a user's shell), a command never reaches the
     server, whatever RFA_DOC_MT_WARM_START says: the package holds no hand-off."""
