@@ -8,7 +8,6 @@ and ``python -m rfa_doc_mt.scoring.bleu``, which every decode runs once, and
 the registration (3-4 s of imports each time); every other use registers.
 """
 
-import os
 import sys
 
 __version__ = "0.1.0"
@@ -39,15 +38,6 @@ def quiet_fairseq_for(module) -> None:
 
 _module = _started_module()
 quiet_fairseq_for(_module)
-if _module and _module not in LIGHT_TOOLS and _module != "rfa_doc_mt.warm_start" \
-        and os.environ.get("RFA_DOC_MT_WARM_START"):
-    # a warm-start server runs this command in a fork that has imported everything (warm_start.py)
-    from .warm_start import delegate
-
-    _status = delegate(_module)
-    if _status is not None:
-        sys.exit(_status)
-
 if _module not in LIGHT_TOOLS:
     # isort: off
     from . import compat  # noqa: F401  (first: adapts fairseq to this torch before anything loads)

@@ -12,6 +12,13 @@ are proxies that import the real module and forward to it on first use (a call, 
 lookup), so fairseq's audio and sentence-prediction code still works, only later. When the
 ``with`` block ends the stand-ins leave ``sys.modules``: any later ``import sklearn`` or
 ``import scipy.stats`` gets the real module. A module already imported is never replaced.
+
+A start-up gain for users' commands, measured: ``python -m rfa_doc_mt.scoring.consistency --help``
+(which imports the package, hence fairseq through :mod:`rfa_doc_mt.compat`), 5 runs each way,
+interleaved, one torch thread, on the 2-core machine of the README: 2.83 s of CPU (user + system,
+median) with the stand-ins, 4.03 s without them (``deferred`` replaced by a null context), 1.2 s
+less per command and per worker it spawns. (Wall time was not comparable: two trainings shared the
+machine, load average 10.)
 """
 
 import contextlib

@@ -133,25 +133,45 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in smoke_files)  # stable: the rest as collected
 
 
+# The warm-start hook (sitecustomize.py) and server of the test session: test machinery, never
+# on a user's path.
+WARM_START_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_start")
+
+
+def with_warm_start_hook(environment) -> dict:
+    """``environment`` with the warm-start directory first on its PYTHONPATH."""
+    paths = [WARM_START_DIR] + [path for path in environment.get("PYTHONPATH", "").split(os.pathsep)
+                                if path and path != WARM_START_DIR]
+    return dict(environment, PYTHONPATH=os.pathsep.join(paths))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def warm_start_server(tmp_path_factory):
-    """A warm-start server for the session (rfa_doc_mt/warm_start.py): every ``python -m
-    rfa_doc_mt...`` the tests start, directly or through the scripts, runs in a fork of one process
-    that has imported torch and fairseq, instead of importing them again (3-5 s of CPU each).
-    RFA_DOC_MT_WARM_START=off runs them cold, as a user's shell does."""
+    """A warm-start server for the session (tests/warm_start/): every ``python -m rfa_doc_mt...``
+    the tests start, directly or through the scripts, runs in a fork of one process that has
+    imported torch and fairseq, instead of importing them again (3-5 s of CPU each). The session
+    puts tests/warm_start first on the PYTHONPATH of the commands it starts, where its
+    sitecustomize.py hands them to the server. RFA_DOC_MT_WARM_START=off runs them cold, as a
+    user's shell does."""
     if os.environ.get("RFA_DOC_MT_WARM_START") == "off":
         yield None
         return
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = str(tmp_path_factory.mktemp("warm") / "socket")
-    server = subprocess.Popen([sys.executable, "-m", "rfa_doc_mt.warm_start", path], cwd=root,
+    server = subprocess.Popen([sys.executable, "-m", "warm_start_server", path], cwd=root,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env=dict(os.environ, RFA_DOC_MT_WARM_START=""))
+                              env=with_warm_start_hook(dict(os.environ, RFA_DOC_MT_WARM_START="")))
+    saved = {name: os.environ.get(name) for name in ("RFA_DOC_MT_WARM_START", "PYTHONPATH")}
+    os.environ.update(with_warm_start_hook(os.environ))
     os.environ["RFA_DOC_MT_WARM_START"] = path  # until it listens, commands start cold
     try:
         yield path
     finally:
-        del os.environ["RFA_DOC_MT_WARM_START"]
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         server.terminate()
         server.wait(timeout=30)
 

@@ -92,21 +92,23 @@ def test_fairseq_is_imported_without_sklearn_and_its_users_still_work():
     assert lines["real"] == "module module sklearn.metrics._classification True"
 
 
-def test_fairseq_command_runs_only_fairseqs_commands():
+def test_fairseq_command_runs_only_fairseqs_commands(monkeypatch, capsys):
     """``python -m rfa_doc_mt.fairseq_command`` (how train.sh and decode.sh start fairseq): a
     command it does not know is refused with its usage; fairseq's own are run (their --help, with
     this plugin's task: argparse refuses a task fairseq does not know)."""
-    import subprocess
     import sys
 
-    bad = subprocess.run([sys.executable, "-m", "rfa_doc_mt.fairseq_command", "fairseq-preprocess"],
-                         capture_output=True, text=True)
-    assert bad.returncode == 2 and "usage: python -m rfa_doc_mt.fairseq_command {fairseq-train," in bad.stderr
-    shown = subprocess.run([sys.executable, "-m", "rfa_doc_mt.fairseq_command", "fairseq-generate", "--user-dir",
-                            os.path.dirname(rfa_doc_mt.__file__), "--task", "doc_translation", "--help"],
-                           capture_output=True, text=True)
-    assert shown.returncode == 0, shown.stderr[-2000:]
-    assert shown.stdout.startswith("usage: fairseq-generate") and "--beam" in shown.stdout
+    from rfa_doc_mt.fairseq_command import main
+
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # main sets the command's own
+    assert main(["fairseq-preprocess"]) == 2
+    assert "usage: python -m rfa_doc_mt.fairseq_command {fairseq-train," in capsys.readouterr().err
+    with pytest.raises(SystemExit) as shown:
+        main(["fairseq-generate", "--user-dir", os.path.dirname(rfa_doc_mt.__file__), "--task", "doc_translation",
+              "--help"])
+    assert shown.value.code == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("usage: fairseq-generate") and "--beam" in printed
 
 
 def test_fairseq_train_records_its_peak_memory_in_the_save_dir(tmp_path):

@@ -12,6 +12,7 @@ import pytest
 
 from rfa_doc_mt.data import prepare
 from rfa_doc_mt.data.io import DataError, read_docs, read_lines
+from rfa_doc_mt.generation import collect
 from rfa_doc_mt.scoring import bleu, consistency
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,9 +46,8 @@ def tool(name):
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     out = tmp_path_factory.mktemp("corpus") / "data"
-    run(sys.executable, "-m", "rfa_doc_mt.data.prepare", "synthetic", "--out", str(out),
-        "--train-documents", "40", "--valid-documents", "4", "--test-documents", "6",
-        "--contrastive-pairs", "10", "--workers", "1")
+    assert prepare.main(["synthetic", "--out", str(out), "--train-documents", "40", "--valid-documents", "4",
+                         "--test-documents", "6", "--contrastive-pairs", "10", "--workers", "1"]) == 0
     return str(out)
 
 
@@ -72,32 +72,34 @@ def models(corpus, l2_config, tmp_path_factory):
 
 
 @pytest.mark.parametrize("decode_mode", ["free", "forced-prefix"])
-def test_generate_collect_and_score(corpus, models, tmp_path, decode_mode):
+def test_generate_collect_and_score(corpus, models, tmp_path, decode_mode, capsys):
     log = tmp_path / "generate.log"
     log.write_text(run(tool("fairseq-generate"), corpus, "--user-dir", USER_DIR, "--task", "doc_translation",
                        "--context-size", "1", "--decode-mode", decode_mode, "--path", models[2],
                        "--gen-subset", "test", "--beam", "2", "--batch-size", "16",
                        "--max-len-a", "1.2", "--max-len-b", "10"))
     prefix = str(tmp_path / "test")
-    run(sys.executable, "-m", "rfa_doc_mt.generation.collect", str(log), "--data", corpus, "--split", "test",
-        "--target-lang", "tgt", "--out", prefix)
+    collect.main([str(log), "--data", corpus, "--split", "test", "--target-lang", "tgt", "--out", prefix])
     references = read_lines(os.path.join(corpus, "test.ref.tgt"))
     translations = read_lines(prefix + ".hyp")
     assert len(translations) == len(references)
     assert read_docs(prefix + ".docs") == read_docs(os.path.join(corpus, "test.docs"))
     assert all("<sep>" not in line for line in translations), "a window's context leaked into the output"
-    printed = run(sys.executable, "-m", "rfa_doc_mt.scoring.bleu", "--hyp", prefix + ".hyp", "--ref", prefix + ".ref",
-                  "--docs", prefix + ".docs", "--json", prefix + ".bleu.json")
+    capsys.readouterr()
+    bleu.main(["--hyp", prefix + ".hyp", "--ref", prefix + ".ref", "--docs", prefix + ".docs", "--json",
+               prefix + ".bleu.json"])
+    printed = capsys.readouterr().out
     assert "s-BLEU = " in printed and "d-BLEU = " in printed
     scores = json.loads(open(prefix + ".bleu.json").read())
     assert 0.0 <= scores["s_bleu"]["score"] <= 100.0
 
 
-def test_sentence_level_model_scores_exactly_chance_on_mirrored_sets(corpus, models, tmp_path):
+def test_sentence_level_model_scores_exactly_chance_on_mirrored_sets(corpus, models, tmp_path, capsys):
     """The contrastive sets come in mirrored pairs, so an L=1 model gets exactly one of each pair."""
     report_path = tmp_path / "consistency.json"
-    printed = run(sys.executable, "-m", "rfa_doc_mt.scoring.consistency", "--path", models[1], "--data", corpus,
-                  "--sets", os.path.join(corpus, "consistency"), "--json", str(report_path))
+    consistency.main(["--path", models[1], "--data", corpus, "--sets", os.path.join(corpus, "consistency"),
+                      "--json", str(report_path)])
+    printed = capsys.readouterr().out
     report = json.loads(report_path.read_text())
     assert set(report) == {"anaphora", "deixis", "ellipsis_vp", "lex_cohesion", "pooled"}
     for phenomenon, result in report.items():

@@ -32,6 +32,7 @@ import rfa_doc_mt  # noqa: F401  (registers the task and the baseline)
 from rfa_doc_mt.data.io import Document
 from rfa_doc_mt.data.windows import (
     DocumentWindowDataset,
+    collate_sentences,
     document_groups,
     document_ordered_batches,
     group_members,
@@ -39,7 +40,7 @@ from rfa_doc_mt.data.windows import (
     parse_optimization_window,
 )
 from rfa_doc_mt.generation import memory_decoding
-from rfa_doc_mt.generation.memory_decoding import DocumentMemories, collate_sentences
+from rfa_doc_mt.generation.memory_decoding import DocumentMemories
 from rfa_doc_mt.models.memory_transformer import (
     MemoryDocTransformerModel,
     memory_doc_transformer_tiny,

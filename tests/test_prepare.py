@@ -1,15 +1,16 @@
 """Data preparation: readers, pre/post-processing, the prepare CLI and its refusals."""
 
+import contextlib
+import io
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
 import sacrebleu
 
-from rfa_doc_mt.data import prepare
+from rfa_doc_mt.data import prepare, processing, staging
 from rfa_doc_mt.data.io import DataError, read_docs, read_lines
 from rfa_doc_mt.data.text import (
     KNOWN_LANGUAGES,
@@ -158,16 +159,16 @@ def test_language_processors_refuse_unknown_codes():
 def test_failed_run_leaves_no_output_and_keeps_the_previous_one(tmp_path):
     out = tmp_path / "corpus"
     with pytest.raises(RuntimeError):
-        with prepare.staged_output(str(out), "prep.json") as stage:
+        with staging.staged_output(str(out), "prep.json") as stage:
             write(os.path.join(stage, "half.txt"), "half")
             raise RuntimeError("step failed")
     assert_nothing_written(out)
 
-    with prepare.staged_output(str(out), "prep.json") as stage:
+    with staging.staged_output(str(out), "prep.json") as stage:
         write(os.path.join(stage, "prep.json"), "{}")
         write(os.path.join(stage, "valid.docs"), "1\tfirst\n")
     with pytest.raises(RuntimeError):
-        with prepare.staged_output(str(out), "prep.json") as stage:
+        with staging.staged_output(str(out), "prep.json") as stage:
             write(os.path.join(stage, "prep.json"), "{}")
             raise RuntimeError("step failed")
     assert sorted(os.listdir(out)) == ["prep.json", "valid.docs"]
@@ -344,7 +345,7 @@ def test_postprocessor_undoes_preprocessor_on_english(tmp_path):
 
     # with sentencepiece pieces in between (the vocabulary is lowered to what the text allows)
     write(tmp_path / "text.en", "\n".join(processed * 3) + "\n")
-    size = prepare.train_sentencepiece([str(tmp_path / "text.en")], str(tmp_path / "spm"), 30000, 1, 1.0)
+    size = processing.train_sentencepiece([str(tmp_path / "text.en")], str(tmp_path / "spm"), 30000, 1, 1.0)
     assert size < 30000
     pieces = [SentencePieceEncoder(str(tmp_path / "spm.model"))(sentence) for sentence in processed]
     assert pieces[0].startswith("▁")
@@ -454,7 +455,7 @@ def test_opensubtitles_and_consistency_pipeline(tmp_path, capsys):
         assert os.path.isfile(out / name), name
     assert read_lines(str(out / "raw" / "train.en"))[0] == "- I saw the time , didn 't I ?"
     assert read_docs(str(out / "valid.docs"), 20)[0].num_sentences == 4
-    postprocessor = Postprocessor.from_prep(str(out))
+    postprocessor = processing.corpus_postprocessor(str(out), prep["target_lang"])
     assert [postprocessor(line) for line in read_lines(str(out / "bpe" / "test.ru"))] == \
         read_lines(str(out / "test.ref.ru"))
 
@@ -511,10 +512,10 @@ def iwslt_corpus(tmp_path_factory):
     if not os.path.isdir(IWSLT_DIR):
         pytest.skip(f"{IWSLT_DIR} not available (shared data)")
     out = tmp_path_factory.mktemp("iwslt") / "iwslt15"
-    result = subprocess.run([sys.executable, "-m", "rfa_doc_mt.data.prepare", "iwslt15", "--wit3-dir", IWSLT_DIR,
-                             "--out", str(out), "--workers", "2"], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out, result.stdout
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert prepare.main(["iwslt15", "--wit3-dir", IWSLT_DIR, "--out", str(out), "--workers", "2"]) == 0
+    return out, printed.getvalue()
 
 
 @needs_iwslt
@@ -540,7 +541,7 @@ def test_postprocessing_gives_back_the_iwslt_references(iwslt_corpus):
     post-processing them back loses nothing BLEU sees. Moses' own truecaser, learned on the 887
     valid sentences, rewrote mid-sentence capitals ("Los Angeles times"): cased BLEU 98.32."""
     out, _ = iwslt_corpus
-    postprocessor = Postprocessor.from_prep(str(out))
+    postprocessor = processing.corpus_postprocessor(str(out), "en")
     restored = [postprocessor(line) for line in read_lines(str(out / "bpe" / "test.en"))]
     references = read_lines(str(out / "test.ref.en"))
     bleu = sacrebleu.corpus_bleu(restored, [references])

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from rfa_doc_mt.data import prepare
+from rfa_doc_mt.data import prepare, staging
 from rfa_doc_mt.data.io import DataError, Document, read_docs, read_lines
 from rfa_doc_mt.data.text import Postprocessor, Preprocessor, train_truecaser
 from rfa_doc_mt.data.voita import (
@@ -152,7 +152,7 @@ def test_non_utf8_text_is_named_by_file_and_line(tmp_path, capsys):
 def test_preparing_again_never_deletes_what_the_user_added(synthetic, tmp_path, capsys):
     out = tmp_path / "corpus"
     shutil.copytree(synthetic, out)  # an earlier output of the synthetic preparation
-    prepare.check_replaceable(str(out), "prep.json")  # as it was written: a second run may replace it
+    staging.check_replaceable(str(out), "prep.json")  # as it was written: a second run may replace it
     argv = ["synthetic", "--out", str(out), "--train-documents", "3", "--valid-documents", "2",
             "--test-documents", "2", "--contrastive-pairs", "2", "--workers", "1"]
     write(out / "notes.txt", "mine")
@@ -223,7 +223,7 @@ def test_iwslt_script_takes_other_test_sets_and_names_them(tmp_path, capsys):
     prep = json.load(open(out / "prep.json"))
     assert prep["corpus"] == "iwslt15+iwslt17" and prep["splits"]["test"]["holds"] == "IWSLT17 tst2016+tst2017"
     assert "IWSLT17.TED.tst2016.en-zh.en.xml" in prep["splits"]["test"]["files"]
-    prepare.check_replaceable(str(out), "prep.json")  # item 4: all of it is this script's output
+    staging.check_replaceable(str(out), "prep.json")  # item 4: all of it is this script's output
     usage = subprocess.run([os.path.join(ROOT, "scripts", "prepare_iwslt15.sh"), "--help"],
                            capture_output=True, text=True).stdout
     assert "--valid-sets A,B" in usage and "--test-sets A,B" in usage and "tst2016,tst2017" in usage

@@ -251,7 +251,7 @@ def test_table1_gives_mean_and_spread_over_seeds_and_compares_each_seed(tmp_path
 
 
 def test_the_cost_estimate_counts_each_row_at_its_dearest_setting():
-    from rfa_doc_mt.bench.update_cost import table1_estimate, table1_settings
+    from rfa_doc_mt.reproduce.cost import table1_estimate, table1_settings
 
     settings = table1_settings()
     # RFA L=4 may train each of its 4 settings; the gated rows 2 b_f under each of those 4 choices

@@ -14,6 +14,8 @@ import pytest
 from rfa_doc_mt.data import prepare
 from rfa_doc_mt.data.io import DataError, read_docs, read_lines
 from rfa_doc_mt.data.plain_text import read_documents
+from rfa_doc_mt.data.processing import corpus_postprocessor, corpus_preprocessor
+from rfa_doc_mt.data.text import load_prep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
@@ -85,12 +87,20 @@ def test_prepare_text_keeps_counts_and_references(text_corpus):
         assert [d.num_sentences for d in read_docs(str(data / f"{split}.docs"))] == [len(doc) for doc in docs]
         # the reference is the target text as given, whatever the source's line endings
         assert read_lines(str(data / f"{split}.ref.de")) == [pair[1] for doc in docs for pair in doc]
-    prep = prepare.load_prep(str(data))
+    prep = load_prep(str(data))
     assert prep["corpus"] == "text" and prep["truecase_models"].keys() == {"en", "de"}
     assert prep["boundaries"]["test"] == {"en": "marked", "de": "marked"}
     # the messy source was tokenized like a clean one: same tokens as the clean text gives
     tokenized = read_lines(str(data / "raw" / "test.en"))
     assert tokenized[0].split() == tokenized[0].split(" ") and "  " not in "\n".join(tokenized)
+    # translation's pre-processing of a raw sentence (translate.py) is the one the corpus was prepared
+    # with (tokenized, first word truecased, sentencepiece pieces), and its post-processing, the
+    # one scoring uses, gives the text back
+    preprocess = corpus_preprocessor(str(data), prep, "en")
+    pieces = [preprocess(pair[0]) for doc in splits["test"] for pair in doc]
+    assert pieces == read_lines(str(data / "bpe" / "test.en")) and pieces[0].startswith("▁the ")
+    postprocess = corpus_postprocessor(str(data), "en")
+    assert [postprocess(line) for line in pieces] == [pair[0] for doc in splits["test"] for pair in doc]
 
 
 def test_bad_parallel_text_stops_with_file_and_line_and_writes_nothing(text_corpus, tmp_path, capsys):

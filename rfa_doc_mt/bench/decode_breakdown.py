@@ -21,7 +21,7 @@ from typing import Dict, Iterator
 
 import torch
 
-from .common import commit_info, machine_info, record_load_at_end, write_json
+from ..provenance import commit_info, machine_info, record_load_at_end, write_json
 
 # the share of the ceiling's speed the allowance is computed for (the decode-speed goal at L >= 4,
 # docs/benchmarks.md)

@@ -25,7 +25,7 @@ import subprocess
 import sys
 from typing import Dict, List
 
-from .common import commit_info, machine_info, record_load_at_end, write_json
+from ..provenance import commit_info, machine_info, record_load_at_end, write_json
 from .decode_speed import MODELS
 
 

@@ -65,13 +65,7 @@ import torch
 from fairseq.incremental_decoding_utils import FairseqIncrementalState
 
 from ..modules.random_feature_attention.gates import GATE_VARIANTS
-from .common import (
-    commit_info,
-    machine_info,
-    record_load_at_end,
-    save_figure,
-    write_json,
-)
+from ..provenance import commit_info, machine_info, record_load_at_end, save_figure, write_json
 
 # paper 000, Table 3: batch size used to decode each window size L (32 GB A100; also its CPU runs)
 PAPER_BATCH_SIZES = {1: 1024, 2: 512, 3: 512, 4: 256, 5: 256, 10: 128, 15: 96}

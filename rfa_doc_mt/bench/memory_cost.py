@@ -37,13 +37,7 @@ from typing import Dict, List, Optional
 import torch
 
 from ..models.build import dictionary_task, toy_dictionary
-from .common import (
-    commit_info,
-    machine_info,
-    record_load_at_end,
-    save_figure,
-    write_json,
-)
+from ..provenance import commit_info, machine_info, record_load_at_end, save_figure, write_json
 
 LENGTHS = (100, 250, 500, 1000, 1500, 2000)
 QUICK_LENGTHS = (100, 500, 1000)

@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from ..modules.random_feature_attention.state import column_major_state, state_readout
-from .common import commit_info, machine_info, record_load_at_end, write_json
+from ..provenance import commit_info, machine_info, record_load_at_end, write_json
 
 
 def per_call_ms(run: Callable[[int], object], layers: int, repeats: int) -> float:

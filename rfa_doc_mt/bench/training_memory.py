@@ -46,7 +46,7 @@ from typing import Dict, List
 
 import torch
 
-from .common import commit_info, machine_info, save_figure, write_json
+from ..provenance import commit_info, machine_info, save_figure, write_json
 
 CONTEXT_SIZES = (0, 3, 9, 12)
 ATTENTIONS = ("full", "self", "self-cross")

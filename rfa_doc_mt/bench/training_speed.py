@@ -39,7 +39,8 @@ from typing import Dict
 import torch
 
 from ..modules.random_feature_attention.gates import GATE_VARIANTS
-from .common import commit_info, machine_info, random_window_step, record_load_at_end, timed_steps, write_json
+from ..provenance import commit_info, machine_info, record_load_at_end, write_json
+from .common import random_window_step, timed_steps
 
 MODELS = {"transformer": "doc_transformer", "rfa": "rfa_doc_transformer"}
 

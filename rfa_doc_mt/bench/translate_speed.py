@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence
 
 from ..data.io import DataError, read_lines
 from ..data.plain_text import read_documents
-from .common import commit_info, machine_info, record_load_at_end, write_json
+from ..provenance import commit_info, machine_info, record_load_at_end, write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

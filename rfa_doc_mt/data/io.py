@@ -6,6 +6,8 @@
   sentences summed over the file must equal the number of lines of the text.
 * Nothing is written half-way: :func:`atomic_write` writes to a temporary name in the
   destination directory and renames it into place when the block succeeds.
+* Bad input stops with a :class:`DataError`, a failed step (not the input's fault) with a
+  :class:`PrepareError`; steps report progress with :func:`log`.
 """
 
 import contextlib
@@ -20,6 +22,15 @@ os.umask(_UMASK)
 
 class DataError(ValueError):
     """Bad input data; the message names the file and, where known, the line."""
+
+
+class PrepareError(RuntimeError):
+    """A step of the pipeline (not the input data) failed, e.g. fairseq-preprocess."""
+
+
+def log(message: str) -> None:
+    """A progress line of a pipeline step, on standard output."""
+    print(message, flush=True)
 
 
 @contextlib.contextmanager

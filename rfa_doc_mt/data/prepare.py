@@ -10,68 +10,58 @@
     python -m rfa_doc_mt.data.prepare binarize --raw DIR --out DIR --source-lang S --target-lang T
 
 Steps shared by the corpora, all written into a hidden directory beside ``--out`` that is
-renamed to ``--out`` only when every step succeeded (a failed run leaves nothing behind):
+renamed to ``--out`` only when every step succeeded (a failed run leaves nothing behind;
+:mod:`.staging`):
 
 1. documents → tokenized text ``raw/{split}.{lang}`` + ``raw/{split}.docs``, and the
-   untokenized target reference ``{split}.ref.{tgt}`` (for BLEU);
+   untokenized target reference ``{split}.ref.{tgt}`` (for BLEU) (:mod:`.processing`);
 2. a joint sentencepiece BPE model (``spm.model``) learned on the training split of both
-   sides and applied to every split (``bpe/{split}.{lang}``);
-3. ``fairseq-preprocess --joined-dictionary`` into ``--out``, with ``{split}.docs`` beside;
+   sides and applied to every split (``bpe/{split}.{lang}``) (:mod:`.processing`);
+3. ``fairseq-preprocess --joined-dictionary`` into ``--out``, with ``{split}.docs`` beside
+   (:mod:`.binarize`);
 4. ``prep.json``: languages, splits (documents, sentences), BPE size, tokenizers and
-   truecasing, which decoding reads to undo the pre-processing.
+   truecasing, which decoding reads to undo the pre-processing (:mod:`.binarize`; read back by
+   :mod:`.processing`).
+
+``consistency`` processes contrastive sets like a prepared corpus (:mod:`.contrastive_sets`).
+This module holds the subcommands, the pipeline they share and the command line.
 """
 
 import argparse
-import contextlib
-import fnmatch
 import glob
-import hashlib
-import json
-import multiprocessing
 import os
-import re
 import shlex
 import shutil
-import subprocess
 import sys
-import tempfile
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from .io import (
-    DataError,
-    Document,
-    atomic_write,
-    check_parallel,
-    read_docs,
-    read_lines,
-    read_text,
-    write_docs,
-    write_lines,
+from .binarize import (
+    PREP_FILE,
+    PREP_FORMAT,
+    SPLITS,
+    binarize,
+    binarize_raw,
+    check_raw_splits,
+    unprocessed_prep,
+    write_prep,
+    write_sentencepiece_dictionary,
 )
+from .contrastive_sets import CONSISTENCY_MANIFEST, read_manifest, write_consistency_sets
+from .io import DataError, Document, PrepareError, log, write_docs, write_lines
 from .plain_text import DOCUMENT_MARK, check_parallel_text, read_documents
 from .plain_text import FORMATS as DOCUMENT_FORMS
+from .processing import apply_sentencepiece, corpus_fingerprint, tokenize_corpus, train_sentencepiece
+from .staging import staged_output
 from .text import (
     FIRST_WORD_TRUECASING,
     JIEBA_LANGUAGES,
-    Preprocessor,
-    SentencePieceEncoder,
     TextDocument,
     check_language,
     default_tokenizer,
-    detect_script,
-    language_script,
     load_prep,
-    train_truecaser,
-    truecasing_of,
     uses_truecasing,
 )
-from .voita import (
-    count_repeats,
-    map_contrastive,
-    read_context_aware,
-    read_contrastive,
-    write_contrastive,
-)
+from .voita import read_context_aware
 from .wit3 import (
     DEV_SETS,
     TEST_SETS,
@@ -82,332 +72,11 @@ from .wit3 import (
     wit3_campaign,
 )
 
-SPLITS = ("train", "valid", "test")
 DEFAULT_BPE_SIZE = 30000  # joint BPE size of paper 000
-PREP_FILE = "prep.json"
-CONSISTENCY_MANIFEST = "consistency.json"
-PREP_FORMAT = 1
-# Below this many sentences a worker pool costs more than it saves.
-PARALLEL_MIN_SENTENCES = 50_000
-PROGRESS_EVERY = 100_000
-
-
-class PrepareError(RuntimeError):
-    """A step of the pipeline (not the input data) failed, e.g. fairseq-preprocess."""
-
-
-def log(message: str) -> None:
-    print(message, flush=True)
 
 
 # ---------------------------------------------------------------------------------------
-# Output directory: staged beside --out, renamed into place at the end
-
-
-# What a corpus directory written by this script holds (consistency/ only for the synthetic
-# corpus, which writes its own sets): anything else there was put there by someone else.
-CORPUS_OUTPUTS = ("prep.json", "preprocess.log", "dict.*.txt", "*.bin", "*.idx", "*.docs", "*.ref.*", "raw", "bpe",
-                  "spm.model", "spm.vocab", "truecase.*.model")
-
-
-def earlier_outputs(out: str, marker: str) -> List[str]:
-    """Entries of ``out`` (an earlier output of this script) that this script wrote there."""
-    entries = os.listdir(out)
-    if marker == CONSISTENCY_MANIFEST:
-        sets = set(read_manifest(out).get("sets", {}))
-        return [entry for entry in entries if entry == marker or entry in sets]
-    patterns = CORPUS_OUTPUTS
-    with contextlib.suppress(DataError):
-        if load_prep(out).get("corpus") == "synthetic":
-            patterns += ("consistency", "valid_consistency")
-    return [entry for entry in entries if any(fnmatch.fnmatchcase(entry, pattern) for pattern in patterns)]
-
-
-def check_replaceable(out: str, marker: str, force: bool = False, keep: Sequence[str] = ()) -> None:
-    """``out`` may be written if absent, empty, or an earlier output of this script holding
-    nothing else than what this script wrote and ``keep`` (unless ``force``)."""
-    if not os.path.exists(out):
-        return
-    if not os.path.isdir(out):
-        raise DataError(f"{out}: exists and is not a directory")
-    if not os.listdir(out):
-        return
-    if not os.path.isfile(os.path.join(out, marker)):
-        raise DataError(
-            f"{out}: exists, is not empty and holds no {marker}, so it was not written by this "
-            f"script; remove it or choose another --out")
-    if force:
-        return
-    lost = sorted(set(os.listdir(out)) - set(earlier_outputs(out, marker)) - set(keep))
-    if lost:
-        shown = ", ".join(entry + ("/" if os.path.isdir(os.path.join(out, entry)) else "") for entry in lost[:10])
-        more = f" and {len(lost) - 10} more" if len(lost) > 10 else ""
-        raise DataError(
-            f"{out}: an earlier output of this script, which also holds what it did not write there: "
-            f"{shown}{more}. Replacing {out} would delete them: move them elsewhere, or pass --force "
-            f"to replace {out} with everything in it")
-
-
-def _make_readable(directory: str) -> None:
-    """Give staged files the modes the umask allows: mkdtemp/mkstemp create them private."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(directory, 0o777 & ~umask)
-    for root, directories, files in os.walk(directory):
-        for name in directories:
-            os.chmod(os.path.join(root, name), 0o777 & ~umask)
-        for name in files:
-            os.chmod(os.path.join(root, name), 0o666 & ~umask)
-
-
-@contextlib.contextmanager
-def staged_output(out: str, marker: str, force: bool = False, keep: Sequence[str] = ()) -> Iterator[str]:
-    """Yield a temporary directory that replaces ``out`` when the block succeeds.
-
-    ``keep``: entries of an earlier ``out`` copied into the temporary directory first (the
-    block may overwrite them). Anything else an earlier ``out`` holds besides what this script
-    wrote there stops the run before any work, unless ``force``."""
-    out = os.path.abspath(out)
-    check_replaceable(out, marker, force, keep)
-    parent, name = os.path.split(out)
-    os.makedirs(parent, exist_ok=True)
-    stage = tempfile.mkdtemp(prefix=f".{name}.partial-", dir=parent)
-    try:
-        for entry in keep:
-            source = os.path.join(out, entry)
-            if os.path.isdir(source):
-                shutil.copytree(source, os.path.join(stage, entry), symlinks=True)
-            elif os.path.lexists(source):
-                shutil.copy2(source, os.path.join(stage, entry), follow_symlinks=False)
-        yield stage
-        if not os.path.isfile(os.path.join(stage, marker)):
-            raise PrepareError(f"internal error: {marker} was not written")
-        check_replaceable(out, marker, force, keep)
-        _make_readable(stage)
-        if os.path.isdir(out) and not os.listdir(out):
-            os.rmdir(out)
-        if os.path.exists(out):
-            previous = tempfile.mkdtemp(prefix=f".{name}.previous-", dir=parent)
-            os.rmdir(previous)
-            os.rename(out, previous)
-            try:
-                os.rename(stage, out)
-            except BaseException:
-                os.rename(previous, out)  # put the earlier output back
-                raise
-            shutil.rmtree(previous)
-        else:
-            os.rename(stage, out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-
-
-# ---------------------------------------------------------------------------------------
-# Step 1: tokenization (+ truecasing)
-
-_worker_preprocessor: Optional[Preprocessor] = None
-
-
-def _start_worker(lang: str, truecase_model: Optional[str], tokenizer: str) -> None:
-    global _worker_preprocessor
-    _worker_preprocessor = Preprocessor(lang, truecase_model=truecase_model, tokenizer=tokenizer)
-
-
-def _preprocess_in_worker(sentence: str) -> str:
-    return _worker_preprocessor(sentence)
-
-
-def preprocess_sentences(sentences: Sequence[str], lang: str, tokenizer: str, truecase_model: Optional[str],
-                         workers: int, label: str) -> List[str]:
-    """Run :class:`Preprocessor` over many sentences, in a worker pool when they are many."""
-    processed: List[str] = []
-
-    def progress() -> None:
-        if len(processed) % PROGRESS_EVERY == 0:
-            log(f"  {label}: {len(processed)}/{len(sentences)} sentences")
-
-    if workers <= 1 or len(sentences) < PARALLEL_MIN_SENTENCES:
-        preprocessor = Preprocessor(lang, truecase_model=truecase_model, tokenizer=tokenizer)
-        for sentence in sentences:
-            processed.append(preprocessor(sentence))
-            progress()
-    else:
-        with multiprocessing.Pool(workers, initializer=_start_worker,
-                                  initargs=(lang, truecase_model, tokenizer)) as pool:
-            for sentence in pool.imap(_preprocess_in_worker, sentences, chunksize=1000):
-                processed.append(sentence)
-                progress()
-    return processed
-
-
-def tokenize_corpus(stage: str, splits: Dict[str, Tuple[List[TextDocument], List[TextDocument]]],
-                    languages: Tuple[str, str], tokenizers: Dict[str, str], learn_split: str,
-                    workers: int, truecased: Sequence[str]) -> Dict[str, str]:
-    """Write ``raw/{split}.{lang}``; returns the truecasing model file of each language in ``truecased``."""
-    raw = os.path.join(stage, "raw")
-    truecase_models = {}
-    for side, lang in enumerate(languages):
-        tokenized = {}
-        for split, documents in splits.items():
-            sentences = [sentence for document in documents[side] for sentence in document.sentences]
-            log(f"tokenizing {split}.{lang} ({tokenizers[lang]}, {len(sentences)} sentences)")
-            tokenized[split] = preprocess_sentences(sentences, lang, tokenizers[lang], None, workers, f"{split}.{lang}")
-        if lang in truecased:
-            model_name = f"truecase.{lang}.model"
-            log(f"training the {lang} truecaser on {learn_split}.{lang}")
-            # sacremoses parallelizes per sentence through joblib: slower than one process
-            train_truecaser(tokenized[learn_split], os.path.join(stage, model_name))
-            truecase_models[lang] = model_name
-            for split in splits:
-                tokenized[split] = preprocess_sentences(tokenized[split], lang, "given",
-                                                        os.path.join(stage, model_name), workers,
-                                                        f"truecasing {split}.{lang}")
-        for split in splits:
-            write_lines(os.path.join(raw, f"{split}.{lang}"), tokenized[split])
-    return truecase_models
-
-
-# ---------------------------------------------------------------------------------------
-# Step 2: joint sentencepiece BPE
-
-
-def train_sentencepiece(input_paths: Sequence[str], model_prefix: str, vocab_size: int, workers: int,
-                        character_coverage: float) -> int:
-    """Learn a BPE model; lower ``vocab_size`` (with a note) when the text cannot fill it."""
-    import sentencepiece
-
-    sentencepiece.set_random_generator_seed(1)  # sampling of --input_sentence_size is seeded
-    size = vocab_size
-    for _ in range(3):
-        try:
-            sentencepiece.SentencePieceTrainer.train(
-                input=list(input_paths), model_prefix=model_prefix, vocab_size=size, model_type="bpe",
-                character_coverage=character_coverage,
-                # identity: decoding must give back the tokenized text exactly, for BLEU
-                normalization_rule_name="identity",
-                input_sentence_size=5_000_000, shuffle_input_sentence=True, max_sentence_length=16384,
-                # fairseq adds its own <s>, </s>, <pad>
-                bos_id=-1, eos_id=-1, num_threads=max(1, workers), minloglevel=2)
-            return size
-        except RuntimeError as error:
-            match = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", str(error))
-            if not match:
-                raise PrepareError(f"sentencepiece training failed: {error}")
-            lower = int(match.group(2))
-            log(f"note: the training text is too small for a BPE vocabulary of {size}; using {lower}")
-            size = lower
-    raise PrepareError(f"sentencepiece could not settle on a vocabulary size (last tried {size})")
-
-
-def apply_sentencepiece(model_path: str, input_path: str, output_path: str) -> None:
-    encoder = SentencePieceEncoder(model_path)
-    lines = read_lines(input_path)
-    pieces: List[str] = []
-    for start in range(0, len(lines), PROGRESS_EVERY):
-        pieces += encoder.encode_all(lines[start:start + PROGRESS_EVERY])
-        if len(lines) > PROGRESS_EVERY:
-            log(f"  {os.path.basename(output_path)}: {len(pieces)}/{len(lines)} sentences")
-    write_lines(output_path, pieces)
-
-
-# ---------------------------------------------------------------------------------------
-# Step 3: fairseq binarization
-
-
-def fairseq_preprocess_command() -> List[str]:
-    beside_python = os.path.join(os.path.dirname(sys.executable), "fairseq-preprocess")
-    if os.path.isfile(beside_python):
-        return [beside_python]
-    on_path = shutil.which("fairseq-preprocess")
-    if on_path:
-        return [on_path]
-    raise PrepareError("fairseq-preprocess not found (install fairseq into this environment)")
-
-
-def _run_fairseq_preprocess(arguments: List[str]) -> None:
-    command = fairseq_preprocess_command() + arguments
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output, shown = [], set()
-    for line in process.stdout:
-        output.append(line)
-        # fairseq logs every argument; show only its summary lines, without logger prefix or paths
-        if any(key in line for key in ("Dictionary:", " sents, ")):
-            summary = re.sub(r"^.*?(\[\w+\] )", r"\1", line.rstrip())
-            summary = re.sub(r"\S*/([^/\s]+:)", r"\1", summary)
-            if summary not in shown:
-                shown.add(summary)
-                log("  " + summary)
-    if process.wait() != 0:
-        raise PrepareError(
-            f"fairseq-preprocess failed (exit {process.returncode}):\n  {shlex.join(command)}\n"
-            + "".join(output[-20:]))
-
-
-def write_sentencepiece_dictionary(vocabulary_path: str, dictionary_path: str) -> int:
-    """fairseq dictionary holding every sentencepiece piece, in the model's order.
-
-    A dictionary counted from the encoded training text would miss the pieces that BPE only
-    produces on unseen words (``▁д`` + ``верью``), turning them into ``<unk>``."""
-    pieces = []
-    for line in read_lines(vocabulary_path):
-        piece = line.split("\t", 1)[0]
-        if piece not in ("<unk>", "<s>", "</s>", "<pad>"):  # fairseq has its own
-            pieces.append(piece)
-    # the counts only order the file; keep sentencepiece's order
-    write_lines(dictionary_path, [f"{piece} {len(pieces) - rank}" for rank, piece in enumerate(pieces)])
-    return len(pieces)
-
-
-def binarize(text_dir: str, out_dir: str, splits: Sequence[str], source_lang: str, target_lang: str,
-             workers: int, dictionary_path: Optional[str] = None) -> List[str]:
-    """``fairseq-preprocess --joined-dictionary`` of ``text_dir/{split}.{lang}`` into ``out_dir``.
-
-    The joined dictionary is ``dictionary_path`` when given, else counted from the train
-    split (from every split when there is none). Returns what it was built from."""
-    log(f"binarizing {', '.join(splits)} with fairseq-preprocess ({workers} workers)")
-    common = ["--source-lang", source_lang, "--target-lang", target_lang, "--joined-dictionary",
-              "--workers", str(max(1, workers))]
-    prefixes = []
-    for split, option in (("train", "--trainpref"), ("valid", "--validpref"), ("test", "--testpref")):
-        if split in splits:
-            prefixes += [option, os.path.join(text_dir, split)]
-    dictionary_dir = None
-    if dictionary_path:
-        common += ["--srcdict", dictionary_path]
-        built_from = [os.path.basename(dictionary_path)]
-    elif "train" not in splits:
-        # Without training text no model is trained on this corpus; a dictionary of every
-        # split keeps smoke tests free of <unk>.
-        dictionary_dir = tempfile.mkdtemp(prefix=".dictionary-", dir=out_dir)
-        log(f"note: no train split; the dictionary is built from {' + '.join(splits)}")
-        for lang in (source_lang, target_lang):
-            with open(os.path.join(dictionary_dir, f"all.{lang}"), "w", encoding="utf-8") as combined:
-                for split in splits:
-                    with open(os.path.join(text_dir, f"{split}.{lang}"), encoding="utf-8") as part:
-                        shutil.copyfileobj(part, combined)
-        _run_fairseq_preprocess(common + ["--trainpref", os.path.join(dictionary_dir, "all"),
-                                          "--destdir", dictionary_dir, "--dict-only"])
-        common += ["--srcdict", os.path.join(dictionary_dir, f"dict.{source_lang}.txt")]
-        built_from = list(splits)
-    else:
-        built_from = ["train"]
-    try:
-        _run_fairseq_preprocess(common + prefixes + ["--destdir", out_dir])
-    finally:
-        if dictionary_dir:
-            shutil.rmtree(dictionary_dir, ignore_errors=True)
-    return built_from
-
-
-# ---------------------------------------------------------------------------------------
-# Step 4: prep.json
-
-
-def write_prep(stage: str, prep: dict) -> None:
-    with atomic_write(os.path.join(stage, PREP_FILE)) as handle:
-        json.dump(prep, handle, indent=2, ensure_ascii=False)
-        handle.write("\n")
+# The steps of a parallel corpus
 
 
 def check_language_pair(source_lang: str, target_lang: str) -> None:
@@ -500,200 +169,6 @@ def print_counts(label: str, splits: Dict[str, Tuple[List[TextDocument], List[Te
             origin = f" ({origins[split]})" if origins.get(split, split) != split else ""
             log(f"{label + ' ' if label else ''}{split}{origin}: "
                 f"{counts['documents']} {unit}, {counts['sentences']} sentences")
-
-
-# ---------------------------------------------------------------------------------------
-# Already tokenized text: checks shared by `binarize` and `synthetic`
-
-
-def check_raw_splits(raw_dir: str, source_lang: str, target_lang: str) -> Dict[str, dict]:
-    """Documents and sentences of each split present in ``raw_dir``, after checking its files."""
-    counts = {}
-    for split in SPLITS:
-        paths = [os.path.join(raw_dir, f"{split}.{suffix}") for suffix in (source_lang, target_lang, "docs")]
-        if not any(os.path.exists(path) for path in paths):
-            continue
-        source_path, target_path, docs_path = paths
-        source, target = read_lines(source_path), read_lines(target_path)
-        check_parallel(source_path, target_path, source, target)
-        documents = read_docs(docs_path, num_sentences=len(source))
-        counts[split] = {"documents": len(documents), "sentences": len(source)}
-    if not counts:
-        raise DataError(f"{raw_dir}: no {{train,valid,test}}.{source_lang}/.{target_lang} files")
-    if "train" not in counts and "valid" not in counts:
-        raise DataError(f"{raw_dir}: neither train.{source_lang} nor valid.{source_lang}")
-    return counts
-
-
-def binarize_raw(raw_dir: str, stage: str, counts: Dict[str, dict], source_lang: str, target_lang: str,
-                 workers: int) -> List[str]:
-    """Binarize checked text and copy its boundaries; returns the dictionary's splits."""
-    ordered_splits = [split for split in SPLITS if split in counts]
-    dictionary_splits = binarize(raw_dir, stage, ordered_splits, source_lang, target_lang, workers)
-    for split in ordered_splits:
-        shutil.copyfile(os.path.join(raw_dir, f"{split}.docs"), os.path.join(stage, f"{split}.docs"))
-    return dictionary_splits
-
-
-def unprocessed_prep(corpus: str, source_lang: str, target_lang: str, counts: Dict[str, dict], tokenizer: str,
-                     dictionary_splits: List[str], references: Dict[str, str], command: str) -> dict:
-    return {
-        "format": PREP_FORMAT,
-        "corpus": corpus,
-        "source_lang": source_lang,
-        "target_lang": target_lang,
-        "splits": counts,
-        "tokenizers": {source_lang: tokenizer, target_lang: tokenizer},
-        "truecased": {source_lang: False, target_lang: False},
-        "truecase_models": {},
-        "bpe": None,
-        "bpe_size": None,
-        "requested_bpe_size": None,
-        "bpe_learned_on": None,
-        "sentencepiece_model": None,
-        "dictionary_from": dictionary_splits,
-        "references": references,
-        "command": command,
-    }
-
-
-# ---------------------------------------------------------------------------------------
-# Contrastive sets
-
-
-class CorpusSentenceProcessor:
-    """One sentence → the corpus's pre-processing, then its sentencepiece pieces if any."""
-
-    def __init__(self, preprocessor: Preprocessor, encoder: Optional[SentencePieceEncoder]):
-        self.preprocessor = preprocessor
-        self.encoder = encoder
-
-    def __call__(self, sentence: str) -> str:
-        processed = self.preprocessor(sentence)
-        return self.encoder(processed) if self.encoder else processed
-
-
-def corpus_processors(prep_dir: str, prep: dict) -> List[CorpusSentenceProcessor]:
-    """Source and target sentence processors of the corpus described by ``prep`` (its contrastive
-    sets and the documents translated with a model trained on it go through these)."""
-    model = prep.get("sentencepiece_model")
-    encoder = SentencePieceEncoder(os.path.join(prep_dir, model)) if model else None
-    processors = []
-    for lang in (prep["source_lang"], prep["target_lang"]):
-        truecase_model = prep.get("truecase_models", {}).get(lang)
-        preprocessor = Preprocessor(
-            lang, truecase_model=os.path.join(prep_dir, truecase_model) if truecase_model else None,
-            tokenizer=prep["tokenizers"][lang], truecasing=truecasing_of(prep))
-        processors.append(CorpusSentenceProcessor(preprocessor, encoder))
-    return processors
-
-
-def needs_processing(prep: dict) -> bool:
-    return bool(prep.get("sentencepiece_model") or prep.get("truecase_models")
-                or any(tokenizer not in ("identity", "given") for tokenizer in prep["tokenizers"].values()))
-
-
-def corpus_fingerprint(prep_dir: str, prep: dict) -> str:
-    """Hash of what decides how a corpus processes text (languages, tokenizers, truecasing and
-    BPE models): sets processed for one corpus are valid for another with the same hash."""
-    digest = hashlib.sha256(json.dumps(
-        [prep["source_lang"], prep["target_lang"], prep["tokenizers"], truecasing_of(prep)
-         if prep.get("truecase_models") else None], sort_keys=True).encode())
-    models = [prep.get("sentencepiece_model")] + sorted(prep.get("truecase_models", {}).values())
-    for model in filter(None, models):
-        with open(os.path.join(prep_dir, model), "rb") as handle:
-            digest.update(handle.read())
-    return digest.hexdigest()
-
-
-def read_manifest(directory: str) -> dict:
-    path = os.path.join(directory, CONSISTENCY_MANIFEST)
-    try:
-        return json.loads(read_text(path))
-    except json.JSONDecodeError as error:
-        raise DataError(f"{path}:{error.lineno}: invalid JSON: {error.msg}")
-
-
-def check_set_languages(path: str, examples: Sequence[dict], prep_dir: str, prep: dict,
-                        languages: Optional[Tuple[str, str]]) -> None:
-    """Stop when a contrastive set's languages (``languages`` when given, else the writing
-    systems of its ``src`` and ``dst`` text) are not the corpus's."""
-    corpus = (prep["source_lang"], prep["target_lang"])
-    where = f"the corpus {prep_dir} translates {corpus[0]} -> {corpus[1]}"
-    if languages:
-        if tuple(languages) != corpus:
-            raise DataError(f"{path}: the sets are {languages[0]} -> {languages[1]} (--source-lang/--target-lang), "
-                            f"but {where}; prepare them against a {languages[0]}-{languages[1]} corpus")
-        return
-    sample = examples[:200]
-    found = (detect_script(example["src"] for example in sample),
-             detect_script(candidate for example in sample for candidate in example["dst"]))
-    expected = tuple(language_script(lang) for lang in corpus)
-    if any(seen is not None and seen != wanted for seen, wanted in zip(found, expected)):
-        raise DataError(
-            f"{path}: its sources ('src') are in {found[0] or 'no'} script and its candidates ('dst') in "
-            f"{found[1] or 'no'} script, but {where} ({expected[0]} -> {expected[1]} script): these sets "
-            f"are for another language pair. Prepare them against a corpus of their languages, or pass "
-            f"--source-lang/--target-lang if this guess from the script is wrong")
-
-
-def write_consistency_sets(json_paths: Sequence[str], prep_dir: str, prep: dict, out_dir: str,
-                           relative_paths: bool = False, languages: Optional[Tuple[str, str]] = None,
-                           manifest_sets: Optional[Dict[str, dict]] = None) -> Dict[str, dict]:
-    """Validate contrastive sets and write them processed like the corpus (copied when no
-    processing applies) into ``out_dir`` with a ``consistency.json`` manifest.
-
-    ``relative_paths``: the manifest names files relative to ``out_dir`` (for sets inside a
-    corpus being staged, whose temporary name disappears at the end). ``languages``: the sets'
-    (source, target) languages, checked against the corpus's (else guessed from the script).
-    ``manifest_sets``: entries of sets already in ``out_dir`` that the manifest keeps."""
-
-    def recorded(path: str) -> str:
-        return os.path.relpath(path, out_dir) if relative_paths else os.path.abspath(path)
-
-    names = {}
-    for path in json_paths:
-        name = os.path.basename(path)
-        if name in names:
-            raise DataError(f"{path}: same file name as {names[name]}; outputs would collide")
-        names[name] = path
-    examples = {path: read_contrastive(path) for path in json_paths}
-    for path in json_paths:
-        check_set_languages(path, examples[path], prep_dir, prep, languages)
-    processing = needs_processing(prep)
-    if processing:
-        source_sentence, target_sentence = corpus_processors(prep_dir, prep)
-    manifest = dict(manifest_sets or {})
-    for path in json_paths:
-        name = os.path.basename(path)
-        output_path = os.path.join(out_dir, name)
-        if processing:
-            log(f"processing {path if not relative_paths else name} ({len(examples[path])} examples)")
-            written = map_contrastive(examples[path], source_sentence, target_sentence)
-            write_contrastive(output_path, written)
-        else:
-            log(f"checked {path if not relative_paths else name} ({len(examples[path])} examples); "
-                f"copied as is (no processing for this corpus)")
-            written = examples[path]
-            with atomic_write(output_path, "wb") as handle, open(path, "rb") as source:
-                shutil.copyfileobj(source, handle)
-        # counted on what is scored: processing may make two candidates identical
-        repeating, single = count_repeats(written)
-        if repeating:
-            log(f"note: {name}: {repeating} of {len(written)} examples repeat a candidate; identical candidates "
-                f"are one candidate, scored once")
-        if single:
-            log(f"note: {name}: {single} examples have a single distinct candidate; the scorer skips them")
-        manifest[name] = {"examples": len(written), "from": recorded(path),
-                          "candidates": sum(len(example["dst"]) for example in written),
-                          "repeated_candidates": repeating, "single_candidate": single}
-    with atomic_write(os.path.join(out_dir, CONSISTENCY_MANIFEST)) as handle:
-        json.dump({"prep": recorded(prep_dir), "source_lang": prep["source_lang"], "target_lang": prep["target_lang"],
-                   "corpus_fingerprint": corpus_fingerprint(prep_dir, prep), "processed": processing,
-                   "sets": dict(sorted(manifest.items()))},
-                  handle, indent=2, ensure_ascii=False)
-        handle.write("\n")
-    return manifest
 
 
 # ---------------------------------------------------------------------------------------

@@ -280,23 +280,6 @@ class Postprocessor:
             moses = MosesDetokenizer(lang=lang)
             self._detokenize = lambda text: moses.detokenize(text.split(), return_str=True, unescape=False)
 
-    @classmethod
-    def from_prep(cls, prep_dir: str, lang: Optional[str] = None) -> "Postprocessor":
-        """The post-processor for a corpus written by ``rfa_doc_mt.data.prepare``."""
-        prep = load_prep(prep_dir)
-        lang = lang or prep["target_lang"]
-        model = prep.get("sentencepiece_model")
-        tokenizer = prep["tokenizers"].get(lang)
-        if tokenizer is None:
-            raise DataError(f"{os.path.join(prep_dir, 'prep.json')}: no language {lang!r} in this corpus")
-        return cls(
-            lang,
-            sentencepiece_model=os.path.join(prep_dir, model) if model else None,
-            truecased=lang in prep.get("truecase_models", {}),
-            detokenize=tokenizer in ("jieba", "moses"),
-            truecasing=truecasing_of(prep),
-        )
-
     def decode_pieces(self, text: str) -> str:
         if self._sentencepiece is None:
             return text

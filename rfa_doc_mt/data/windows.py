@@ -315,6 +315,25 @@ class DocumentWindowDataset(FairseqDataset):
             self.source_sizes, self.target_sizes, indices, max_sizes)
 
 
+def collate_sentences(sources: Sequence[torch.Tensor], targets: Sequence[torch.Tensor], pad: int, eos: int,
+                      device=None) -> dict:
+    """EOS-terminated sentences, one per row -> a batch as the task collates it: ``net_input``
+    (src_tokens, src_lengths, prev_output_tokens: EOS + target, right-padded) and ``target``
+    (the recurrent-memory model's sentence steps, models/memory_transformer.py)."""
+    batch = {
+        "net_input": {
+            "src_tokens": data_utils.collate_tokens(list(sources), pad, eos),
+            "src_lengths": torch.tensor([len(s) for s in sources]),
+            "prev_output_tokens": data_utils.collate_tokens(list(targets), pad, eos, move_eos_to_beginning=True),
+        },
+        "target": data_utils.collate_tokens(list(targets), pad, eos),
+    }
+    if device is not None:
+        batch["net_input"] = {name: value.to(device) for name, value in batch["net_input"].items()}
+        batch["target"] = batch["target"].to(device)
+    return batch
+
+
 def document_groups(index: WindowIndex, indices: np.ndarray, num_tokens: np.ndarray,
                     max_tokens: Optional[int], max_sentences: Optional[int]) -> List[List[int]]:
     """Documents (of ``indices``' windows) split into consecutive groups, as many documents

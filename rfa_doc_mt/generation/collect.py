@@ -37,6 +37,7 @@ from ..data.io import (
     write_docs,
     write_lines,
 )
+from ..data.processing import corpus_postprocessor
 
 HYPOTHESIS_LINE = re.compile(r"^H-(\d+)\t(\S+)\t?(.*)$")
 
@@ -53,15 +54,6 @@ def read_hypotheses(path: str) -> Dict[int, str]:
     return hypotheses
 
 
-def load_postprocessor(data_dir: str, target_lang: str):
-    """The inverse of the data directory's preprocessing (identity when it has no prep.json)."""
-    if not os.path.isfile(os.path.join(data_dir, "prep.json")):
-        return lambda text: text
-    from ..data.text import Postprocessor
-
-    return Postprocessor.from_prep(data_dir, target_lang)
-
-
 def collect(generate_output: str, data_dir: str, split: str, target_lang: str, out_prefix: str,
             fixed_window: bool = False) -> int:
     hypotheses = read_hypotheses(generate_output)
@@ -71,7 +63,7 @@ def collect(generate_output: str, data_dir: str, split: str, target_lang: str, o
     if missing or len(hypotheses) != windows:
         raise DataError(f"{generate_output}: expected translations of windows 0..{windows - 1}, "
                         f"{len(missing)} missing (first: {missing[:5]}), {len(hypotheses)} found")
-    postprocess = load_postprocessor(data_dir, target_lang)
+    postprocess = corpus_postprocessor(data_dir, target_lang)
     translations = [postprocess(hypotheses[i]) for i in range(windows)]
     reference_path = os.path.join(data_dir, f"{split}.ref.{target_lang}")
     references = read_lines(reference_path) if os.path.isfile(reference_path) else None

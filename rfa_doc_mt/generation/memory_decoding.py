@@ -110,24 +110,6 @@ def captured_output(model):
         handle.remove()
 
 
-def collate_sentences(sources: Sequence[Tensor], targets: Sequence[Tensor], pad: int, eos: int,
-                      device=None) -> dict:
-    """EOS-terminated sentences -> a batch as the task collates it: ``net_input`` (src_tokens,
-    src_lengths, prev_output_tokens: EOS + target, right-padded) and ``target``."""
-    batch = {
-        "net_input": {
-            "src_tokens": data_utils.collate_tokens(list(sources), pad, eos),
-            "src_lengths": torch.tensor([len(s) for s in sources]),
-            "prev_output_tokens": data_utils.collate_tokens(list(targets), pad, eos, move_eos_to_beginning=True),
-        },
-        "target": data_utils.collate_tokens(list(targets), pad, eos),
-    }
-    if device is not None:
-        batch["net_input"] = {name: value.to(device) for name, value in batch["net_input"].items()}
-        batch["target"] = batch["target"].to(device)
-    return batch
-
-
 def memory_after_sentences(model, src_tokens: Tensor, src_lengths: Tensor, translations: Sequence[Tensor],
                            memory: DocumentMemory) -> DocumentMemory:
     """The memories after each row's sentence: the source memory from the encoder states, the

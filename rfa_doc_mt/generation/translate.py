@@ -124,8 +124,7 @@ class Translator:
 
         import rfa_doc_mt  # noqa: F401  (registers the task and models; compat loads checkpoints)
 
-        from ..data.prepare import corpus_processors
-        from .collect import load_postprocessor
+        from ..data.processing import corpus_postprocessor, corpus_preprocessor
 
         models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides={"data": data})
         languages = (task.cfg.source_lang, task.cfg.target_lang)
@@ -146,8 +145,8 @@ class Translator:
         self.generator = task.build_generator(models, self.generation,
                                               extra_gen_cls_kwargs={"lm_model": None, "lm_weight": 0.0})
         self.batch_size, self.max_tokens = batch_size, max_tokens
-        self.preprocess = corpus_processors(data, prep)[0]
-        self.postprocess = load_postprocessor(data, task.cfg.target_lang)
+        self.preprocess = corpus_preprocessor(data, prep, task.cfg.source_lang)
+        self.postprocess = corpus_postprocessor(data, task.cfg.target_lang)
         from fairseq import utils
 
         self.max_positions = utils.resolve_max_positions(task.max_positions(), *[m.max_positions() for m in models])

@@ -44,7 +44,7 @@ from fairseq.modules.transformer_layer import (
 from fairseq.utils import safe_getattr
 from torch import Tensor
 
-from ..generation.memory_decoding import collate_sentences
+from ..data.windows import collate_sentences
 from ..modules.recurrent_memory import MemorySelfAttention, RecurrentMemory
 from ..optim.finetune_adam import PRETRAINED_PARAMETERS
 from .doc_transformer import (

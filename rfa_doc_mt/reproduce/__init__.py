@@ -35,8 +35,9 @@ numbers beside ours, the machine and the command), plus a PNG where the paper ha
 The package, by concern: :mod:`.papers` (systems, experiments, the budget and the papers'
 numbers), :mod:`.experiments` (which systems each experiment trains, and how long),
 :mod:`.search` (Table 1's hyper-parameter search and seeds),
-:mod:`.running` (checks, training, benchmarks), :mod:`.tables` (results, tables, plots) and
-:mod:`.cli` (the command line).
+:mod:`.running` (checks, training, benchmarks), :mod:`.tables` (results, tables, plots),
+:mod:`.cli` (the command line) and :mod:`.cost` (what the embedded run costs on this machine,
+``python -m rfa_doc_mt.reproduce.cost``).
 """
 
 from .experiments import EXPERIMENTS, embedded_train_args, systems_to_train

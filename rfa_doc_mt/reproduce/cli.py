@@ -9,8 +9,8 @@ import time
 from dataclasses import replace
 from typing import Dict, List, Optional, Tuple
 
-from ..bench.common import commit_info, machine_info, write_json
 from ..data.io import DataError, atomic_write
+from ..provenance import commit_info, machine_info, write_json
 from . import __doc__ as PACKAGE_DOC
 from .convergence import run_convergence, stopping_rules_note
 from .experiments import EXPERIMENTS, budget_note, embedded_train_args, print_list, systems_to_train

@@ -200,7 +200,7 @@ def context_length_plot(systems, json_rows: List[dict], names: Sequence[str], pa
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    from ..bench.common import save_figure
+    from ..provenance import save_figure
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     colours: Dict[str, str] = {}

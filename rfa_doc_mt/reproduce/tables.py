@@ -301,7 +301,7 @@ def figure3_plot(systems, results, phenomena, path) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..bench.common import save_figure
+    from ..provenance import save_figure
 
     figure, axes = plt.subplots(1, len(phenomena), figsize=(2.6 * len(phenomena), 2.8), sharey=True)
     families: Dict[str, List[Tuple[int, str]]] = {}
@@ -337,7 +337,7 @@ def curves_plot(systems, results, path: str, title: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..bench.common import save_figure
+    from ..provenance import save_figure
 
     figure, axis = plt.subplots(figsize=(7, 4.2))
     drawn, stage1_drawn = set(), False
@@ -392,7 +392,7 @@ def bleu_curves_plot(systems, seed_systems, results, path: str, title: str) -> s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..bench.common import save_figure
+    from ..provenance import save_figure
 
     figure, axis = plt.subplots(figsize=(7.5, 4.5))
     stage1_drawn = False

@@ -69,13 +69,13 @@ class WindowBleu:
     def __init__(self, data_dir: str, target_lang: str, tokenize: str):
         from sacrebleu.metrics import BLEU
 
-        from ..generation.collect import load_postprocessor
+        from ..data.processing import corpus_postprocessor
 
         try:
             self.metric = BLEU(tokenize=tokenize)
         except KeyError:
             raise ValueError(f"--eval-bleu-tokenize {tokenize!r}: not a sacrebleu tokenizer") from None
-        self.postprocess = load_postprocessor(data_dir, target_lang)
+        self.postprocess = corpus_postprocessor(data_dir, target_lang)
         self.data_dir, self.target_lang = data_dir, target_lang
         self.references: Dict[str, List[str]] = {}
         self.signature_logged = False

@@ -1,23 +1,27 @@
-"""Warm starts: one process imports torch, fairseq and this plugin once, then runs each
-``python -m rfa_doc_mt.MODULE ...`` started while it listens in a fork of itself.
+"""Warm starts for the test suite: one process imports torch, fairseq and the plugin once, then
+runs each ``python -m rfa_doc_mt.MODULE ...`` that a test starts while it listens in a fork of
+itself.
 
-    python -m rfa_doc_mt.warm_start SOCKET          # listen on a Unix socket until stopped
-    RFA_DOC_MT_WARM_START=SOCKET python -m rfa_doc_mt.fairseq_command fairseq-train ...
+    PYTHONPATH=tests/warm_start python -m warm_start_server SOCKET     # listen until stopped
+    PYTHONPATH=tests/warm_start RFA_DOC_MT_WARM_START=SOCKET python -m rfa_doc_mt.fairseq_command ...
 
-Every run of a command of this package that imports fairseq (training, decoding, consistency
-scoring, preparation, the benchmarks) spends 3-5 s of CPU importing torch and fairseq before it
-does anything; the test suite starts hundreds of them (tests/conftest.py starts a server for the
-session). With ``RFA_DOC_MT_WARM_START`` set, the package's ``__init__`` hands the command line,
-working directory, environment, ``sys.path`` and its standard input, output and error (the file
-descriptors themselves) to the server, which forks; the fork runs the module as ``python -m``
-would (:func:`runpy.run_module`) and reports its exit status, which the client exits with. Output
+Test machinery only: nothing of it is in the package. Every run of a command of this package that
+imports fairseq (training, decoding, consistency scoring, preparation, the benchmarks) spends
+3-5 s of CPU importing torch and fairseq before it does anything; the test suite starts hundreds
+of them (tests/conftest.py starts a server for the session and puts this directory first on the
+``PYTHONPATH`` of the commands it starts). There, at interpreter start-up, ``sitecustomize.py``
+hands the command line, working directory, environment, ``sys.path`` (as ``python -m`` will
+set it) and its standard input, output and error (the file descriptors themselves) to the
+server (:func:`delegate`), which forks; the fork runs the module as ``python -m`` would
+(:func:`runpy.run_module`) and reports its exit status, which the client exits with. Output
 goes where the command's own would; a client that is killed takes its fork down with it.
 
 The fork is the same program with the same options: what differs is only what was imported
 before ``main`` ran. It refuses (and the client then runs the command itself, as without the
-variable) when the client's interpreter, this package or fairseq are other files than the
-server's, or when it sets variables that the server's imports have already read
-(``ATEN_CPU_CAPABILITY``, ``MKL_NUM_THREADS``, ``PYTHONHASHSEED``, ...) to other values.
+variable) when the client's interpreter, the ``rfa_doc_mt`` it would import or fairseq are other
+files than the server's, when it sets variables that the server's imports have already read
+(``ATEN_CPU_CAPABILITY``, ``MKL_NUM_THREADS``, ``PYTHONHASHSEED``, ...) to other values, or when
+the command is one of the package's ``LIGHT_TOOLS`` (which start without fairseq anyway).
 ``OMP_NUM_THREADS`` and ``PYTHONWARNINGS`` are applied in the fork. Without the variable, or
 with no server listening, nothing changes.
 """
@@ -47,17 +51,28 @@ PRELOADED = ("rfa_doc_mt", "fairseq_cli.train", "fairseq_cli.generate", "fairseq
 REFUSED = -1000  # the status a server sends for a run it will not do
 
 
-def _identity(environment) -> dict:
+def _origin(name: str, path: List[str]) -> Optional[str]:
+    """The file ``import name`` (a top-level package) would load with ``sys.path`` = ``path``,
+    found without importing it."""
+    saved = sys.path[:]
+    sys.path[:] = path
+    try:
+        spec = importlib.util.find_spec(name)
+    finally:
+        sys.path[:] = saved
+    return os.path.realpath(spec.origin) if spec and spec.origin else None
+
+
+def _identity(environment, path: List[str]) -> dict:
     """What must be the same in a client and the server for a fork to stand for the client."""
-    fairseq = importlib.util.find_spec("fairseq")
     return {"executable": os.path.realpath(sys.executable),
-            "package": os.path.realpath(os.path.dirname(os.path.abspath(__file__))),
-            "fairseq": os.path.realpath(fairseq.origin) if fairseq and fairseq.origin else None,
+            "package": _origin("rfa_doc_mt", path),
+            "fairseq": _origin("fairseq", path),
             "fixed": {name: environment.get(name) for name in FIXED_AT_IMPORT}}
 
 
 # ---------------------------------------------------------------------------------------
-# the client: the package's __init__ when the variable is set
+# the client: sitecustomize.py, at the start-up of a command when the variable is set
 
 
 def _send(connection: socket.socket, payload: dict) -> None:
@@ -66,22 +81,23 @@ def _send(connection: socket.socket, payload: dict) -> None:
     connection.sendall(data)
 
 
-def delegate(module: str) -> Optional[int]:
-    """Run ``python -m module`` (this process's arguments) in the server's fork; its exit status,
-    or None when no server took it (then the caller runs the command itself)."""
-    path = os.environ.get(VARIABLE)
-    if not path:
+def delegate(module: str, arguments: List[str], path: List[str]) -> Optional[int]:
+    """Run ``python -m module arguments`` in the server's fork, with ``sys.path`` = ``path`` (as
+    ``python -m`` sets it); its exit status, or None when no server took it (then the caller runs
+    the command itself)."""
+    socket_path = os.environ.get(VARIABLE)
+    if not socket_path:
         return None
     try:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        connection.connect(path)
+        connection.connect(socket_path)
     except OSError:
         return None
     with connection:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
-        _send(connection, {"module": module, "argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ),
-                           "path": sys.path, "identity": _identity(os.environ)})
+        _send(connection, {"module": module, "argv": list(arguments), "cwd": os.getcwd(), "env": dict(os.environ),
+                           "path": list(path), "identity": _identity(os.environ, path)})
         reply = b""
         while len(reply) < 4:
             chunk = connection.recv(4 - len(reply))
@@ -136,7 +152,9 @@ def _run_fork(connection: socket.socket, identity: dict, warning_defaults: List)
     for target, fd in enumerate(request["fds"]):
         os.dup2(fd, target)
         os.close(fd)
-    if request["identity"] != identity:
+    import rfa_doc_mt
+
+    if request["identity"] != identity or request["module"] in rfa_doc_mt.LIGHT_TOOLS:
         return REFUSED
     threading.Thread(target=_watch, args=(connection,), daemon=True).start()
     os.chdir(request["cwd"])
@@ -152,9 +170,7 @@ def _run_fork(connection: socket.socket, identity: dict, warning_defaults: List)
         import torch
 
         torch.set_num_threads(int(threads))
-    from . import quiet_fairseq_for
-
-    quiet_fairseq_for(request["module"])
+    rfa_doc_mt.quiet_fairseq_for(request["module"])  # what the package's __init__ does for a command
     sys.argv = [request["module"], *request["argv"]]
     sys.modules.pop(request["module"], None)  # preloaded: run as __main__, as `python -m` does
     try:
@@ -175,7 +191,7 @@ def _run_fork(connection: socket.socket, identity: dict, warning_defaults: List)
 def serve(path: str) -> None:
     for module in PRELOADED:
         importlib.import_module(module)
-    identity = _identity(os.environ)
+    identity = _identity(os.environ, sys.path)
     warning_defaults = list(warnings.filters)
     gc.freeze()  # what is imported now stays: forks neither scan nor copy it when they collect
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -218,7 +234,7 @@ def serve(path: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
-        print("usage: python -m rfa_doc_mt.warm_start SOCKET\n" + __doc__.split("\n\n")[0],
+        print("usage: python -m warm_start_server SOCKET\n" + __doc__.split("\n\n")[0],
               file=sys.stdout if sys.argv[1:] in (["-h"], ["--help"]) else sys.stderr)
         sys.exit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 2)
     serve(sys.argv[1])

@@ -1,0 +1,117 @@
+"""Warm starts (tests/warm_start/): a command run in the server's fork behaves as it does started
+cold, a client the server must not stand for runs cold, and a user's command, without this
+directory on its PYTHONPATH, always runs cold."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import sitecustomize
+import warm_start_server as warm_start
+from conftest import WARM_START_DIR, with_warm_start_hook
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# fairseq prints this when it is imported in the process (where tensorboardX is not installed)
+FAIRSEQ_IMPORTED = "INFO:fairseq.tasks.text_to_speech:Please install tensorboardX: pip install tensorboardX\n"
+
+
+@pytest.fixture
+def server(warm_start_server):
+    path = warm_start_server
+    if not path:
+        pytest.skip("the warm-start server is off (RFA_DOC_MT_WARM_START=off)")
+    for _ in range(600):  # it listens once it has imported torch and fairseq
+        if os.path.exists(path):
+            return path
+        time.sleep(0.1)
+    pytest.fail("the warm-start server did not start listening within a minute")
+
+
+def environment(server, hook=True):
+    """The commands' environment: this checkout's package from any directory, with or without the hook."""
+    paths = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path and path != WARM_START_DIR]
+    env = dict(os.environ, RFA_DOC_MT_WARM_START=server, PYTHONPATH=os.pathsep.join([ROOT] + paths))
+    return with_warm_start_hook(env) if hook else env
+
+
+def run(env, *arguments, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", *arguments], capture_output=True, text=True, cwd=cwd, env=env,
+                          timeout=300)
+
+
+def test_a_command_behaves_the_same_warm_and_cold(server, tmp_path):
+    """Its arguments, working directory, output streams and exit status: the same both ways; warm,
+    fairseq is not imported again (its import-time INFO line is not printed)."""
+    runs = {}
+    for mode in ("warm", "cold"):
+        env = environment(server if mode == "warm" else "off")
+        (tmp_path / mode).mkdir()
+        runs[mode] = [run(env, "rfa_doc_mt.data.prepare", "synthetic", "--out", "corpus", "--max-distance", "0",
+                          cwd=tmp_path / mode),
+                      run(env, "rfa_doc_mt.fairseq_command", "fairseq-preprocess"),
+                      run(env, "rfa_doc_mt.scoring.consistency", "--help")]
+    for warm, cold in zip(runs["warm"], runs["cold"]):
+        assert warm.returncode == cold.returncode and warm.stdout == cold.stdout
+        assert warm.stderr == cold.stderr.replace(FAIRSEQ_IMPORTED, "")
+    assert [r.returncode for r in runs["warm"]] == [2, 2, 0]
+    assert "--max-distance: must be at least 1" in runs["warm"][0].stderr
+    assert FAIRSEQ_IMPORTED in runs["cold"][1].stderr and "tensorboardX" not in runs["warm"][1].stderr
+
+
+def test_a_command_a_script_starts_runs_warm(server):
+    """scripts/common.sh's ``fairseq_command`` (train.sh, decode.sh) puts its checkout before the
+    session's PYTHONPATH: the hook stays on it, and the command is handed to the server."""
+    shell = f'source "{ROOT}/scripts/common.sh"; fairseq_command fairseq-preprocess'
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, cwd="/", timeout=300,
+                          env=dict(with_warm_start_hook(os.environ), RFA_DOC_MT_WARM_START=server))
+    assert done.returncode == 2 and "usage: python -m rfa_doc_mt.fairseq_command" in done.stderr
+    assert "tensorboardX" not in done.stderr  # fairseq was not imported again
+
+
+def test_a_users_command_runs_cold_even_with_the_variable_set(server):
+    """Without tests/warm_start on its PYTHONPATH (a user's shell), a command never reaches the
+    server, whatever RFA_DOC_MT_WARM_START says: the package holds no hand-off."""
+    cold = run(environment(server, hook=False), "rfa_doc_mt.fairseq_command", "fairseq-preprocess")
+    assert cold.returncode == 2 and FAIRSEQ_IMPORTED in cold.stderr  # fairseq imported in its own process
+    for root, _, files in os.walk(os.path.join(ROOT, "rfa_doc_mt")):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(root, name), encoding="utf-8") as handle:
+                    text = handle.read()
+                assert warm_start.VARIABLE not in text and "warm_start" not in text, name
+
+
+def test_a_client_that_differs_in_what_the_imports_read_is_refused(server, monkeypatch, capfd):
+    arguments, path = ["--help"], [ROOT] + sys.path
+    monkeypatch.setenv(warm_start.VARIABLE, server)
+    assert warm_start.delegate("rfa_doc_mt.scoring.consistency", arguments, path) == 0
+    assert capfd.readouterr().out.startswith("usage: consistency.py")
+    # a light tool starts without fairseq: it runs cold
+    assert warm_start.delegate("rfa_doc_mt.scoring.bleu", arguments, path) is None
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default" if os.environ.get("ATEN_CPU_CAPABILITY") != "default"
+                       else "avx2")
+    assert warm_start.delegate("rfa_doc_mt.scoring.consistency", arguments, path) is None  # the caller runs it
+    assert capfd.readouterr().out == ""
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    monkeypatch.setenv(warm_start.VARIABLE, server + ".nobody")
+    assert warm_start.delegate("rfa_doc_mt.scoring.consistency", arguments, path) is None
+
+
+@pytest.mark.parametrize("command, argv, expected", [
+    (["python", "-m", "rfa_doc_mt.data.prepare", "synthetic", "--out", "x"], ["-m", "synthetic", "--out", "x"],
+     ("rfa_doc_mt.data.prepare", ["synthetic", "--out", "x"])),
+    (["python", "-u", "-W", "ignore", "-m", "rfa_doc_mt.bench.decode_speed", "-m", "run"], ["-m", "-m", "run"],
+     ("rfa_doc_mt.bench.decode_speed", ["-m", "run"])),
+    (["python", "-mrfa_doc_mt.scoring.consistency", "--help"], ["-m", "--help"],
+     ("rfa_doc_mt.scoring.consistency", ["--help"])),
+    (["python", "-c", "pass", "-m", "rfa_doc_mt.data.prepare"], ["-c", "-m", "rfa_doc_mt.data.prepare"], None),
+    (["python", "script.py", "-m", "rfa_doc_mt.data.prepare"], ["script.py", "-m", "rfa_doc_mt.data.prepare"], None),
+])
+def test_the_hook_finds_the_module_a_command_runs(monkeypatch, command, argv, expected):
+    """``python [options] -m MODULE ARGS``, from sys.argv as Python sets it at start-up
+    (``["-m", ARGS]`` while the module is not found yet) and the command line as given."""
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(sys, "orig_argv", command)
+    assert sitecustomize.started_module() == expected
