@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Decoding speed of RFA against the transformer for L in {1,2,3,4,5,10,15} (paper 000, Figure 4).
+# Decoding speed of RFA against the transformer for L in {1,2,3,4,5,10,15} (Wu et al. 2022, Figure 4).
 # usage: scripts/bench_decode_speed.sh [--out DIR] [--data DIR] [--quick] [--device cuda] [--threads N]
 #                                      [other options of `python -m rfa_doc_mt.bench.decode_speed run`]
 # Source text: IWSLT15's test talks (prepared on first use from ../shared/data/iwslt15-zh-en),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Peak training memory of full attention vs LSH attention over context sizes (paper 003, Table 2):
+# Peak training memory of full attention vs LSH attention over context sizes (Petrick et al. 2022, Table 2):
 #   scripts/bench_memory.sh OUT_DIR [python -m rfa_doc_mt.bench.training_memory run options...]
 # Writes OUT_DIR/memory.json (machine, commit, settings, every run) and OUT_DIR/memory.png (drawn
 # from the JSON in a separate step). Every measurement runs in a fresh process, one at a time.

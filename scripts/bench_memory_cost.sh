@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Decoding cost of the recurrent-memory transformer against the sentence-level and the
-# concatenation transformer as documents grow (paper 004, Figure 8):
+# concatenation transformer as documents grow (Feng et al. 2022, Figure 8):
 #   scripts/bench_memory_cost.sh OUT_DIR [--quick] [--device cuda] [other options of
 #     python -m rfa_doc_mt.bench.memory_cost run]
 # Writes OUT_DIR/memory_cost.json (machine, commit, settings, every run) and, from it,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Context beyond four sentences (the question paper 000 left open): the transformer, RFA-sgate,
+# Context beyond four sentences (the question Wu et al. 2022 left open): the transformer, RFA-sgate,
 # LSH (self + cross) and long-short masking at L = 1, 4, 8 and 15, and the recurrent memory
 # model, on the long-range synthetic corpus (antecedents 1-14 sentences back, written to
 # OUT/data-long-range): accuracy per antecedent distance, BLEU and cost in one table and figure.

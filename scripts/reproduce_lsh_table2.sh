@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Paper 003, Table 2: BLEU and training memory against the context size k for full attention,
+# Petrick et al. 2022, Table 2: BLEU and training memory against the context size k for full attention,
 # LSH self-attention and LSH self- and cross-attention. Real corpus: --corpus paper --data DIR
 # (configs/lsh, k in {0,3,9,12}).
 # usage: scripts/reproduce_lsh_table2.sh [--out DIR] [--jobs N] [--smoke] [--corpus NAME --data DIR] (--help for more)

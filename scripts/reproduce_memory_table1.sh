@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Paper 004, Tables 1 and 3: the sentence-level baseline and the recurrent-memory model fine-tuned
+# Feng et al. 2022, Tables 1 and 3: the sentence-level baseline and the recurrent-memory model fine-tuned
 # from it, and the memory side/layer ablation. Real corpus: --corpus paper --data DIR (configs/memory).
 # usage: scripts/reproduce_memory_table1.sh [--out DIR] [--jobs N] [--smoke] [--corpus NAME --data DIR] (--help for more)
 # Prints its table(s) and writes OUT/<experiment>.md, .json (and .png); re-running resumes.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Paper 000, Table 1: s-BLEU and d-BLEU of the transformer and RFA at L=1, and of the transformer,
+# Wu et al. 2022, Table 1: s-BLEU and d-BLEU of the transformer and RFA at L=1, and of the transformer,
 # RFA, RFA-sgate-avg and RFA-sgate at L=4. Real corpora: --corpus iwslt15|opensub-bleu --data DIR.
 # On the embedded corpus each system's hyper-parameters are searched as the paper did (seed 1,
 # chosen on validation BLEU), the chosen setting trains --seeds seeds (default 3), and each system

@@ -1,4 +1,4 @@
-"""LSH attention (paper 003): reference, training and incremental forms, the model, beam search."""
+"""LSH attention (Petrick et al. 2022): reference, training and incremental forms, the model, beam search."""
 
 
 import pytest
@@ -251,7 +251,7 @@ def test_self_attention_one_hot_oracle(causal, chunk_size, form):
 
 @pytest.mark.parametrize("form", FORMS)
 def test_cross_attention_aligns_chunks_and_falls_back_to_the_window_average(form):
-    """Hand-worked example, one round, chunks of 2 (paper 003 §3, Figure 2).
+    """Hand-worked example, one round, chunks of 2 (Petrick et al. 2022, §3, Figure 2).
 
     Keys sorted by class: K0 = {0, 1} (class 0), K1 = {2, 3} (class 1), K2 = {4, 5} (class 2),
     K3 = {6, 7} (class 3). Queries sorted by class: q1 (0), q0 (3), q2 (3). Query chunk {q1, q0}

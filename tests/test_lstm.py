@@ -1,4 +1,4 @@
-"""Long-short term masking transformer (paper 002): the attention's three forms against each
+"""Long-short term masking transformer (Zhang et al. 2020): the attention's three forms against each
 other, the model against the baseline, incremental decoding and beam search against full
 forward passes, and the masks' locality checked through gradients."""
 

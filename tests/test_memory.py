@@ -1,4 +1,4 @@
-"""Recurrent-memory transformer (paper 004): the model against the baseline, what the memory
+"""Recurrent-memory transformer (Feng et al. 2022): the model against the baseline, what the memory
 carries (forward only, stop-gradient after one sentence), incremental decoding against full
 forward passes, document decoding against explicit sentence-by-sentence decoding (beam 1 and
 4), document-ordered training batches, two-stage training (checkpoint loading, two learning

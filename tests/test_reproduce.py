@@ -453,17 +453,17 @@ def without(words, *names):
 
 
 def test_embedded_configs_keep_the_papers_settings():
-    # paper 003: four hash rounds for LSH in all three attentions, one for self-attention only
+    # Petrick et al. 2022: four hash rounds for LSH in all three attentions, one for self-attention only
     for config, rounds in (("configs/demo/lsh_L4.sh", "4"), ("configs/demo/lsh_self_cross_k0.sh", "4"),
                            ("configs/demo/lsh_self_k0.sh", "1"), ("configs/demo/lsh_self_k3.sh", "1"),
                            ("configs/lsh/self_cross_k3.sh", "4"), ("configs/lsh/self_k3.sh", "1")):
         assert option(config_words(config), "--lsh-rounds") == rounds, config
-    # paper 004: the embedded memory model optimises over the windows of the paper configs
+    # Feng et al. 2022: the embedded memory model optimises over the windows of the paper configs
     paper = option(config_words("configs/memory/both_5.sh"), "--optimization-window")
     for config in ("memory_L1", "memory_both_0", "memory_both_01", "memory_source_1", "memory_target_1"):
         assert option(config_words(f"configs/demo/{config}.sh"), "--optimization-window") == paper, config
     # the context-length configs: the demo's systems, L - 1 context sentences; LSH with L hash classes
-    # rounded up to even (paper 003 §5.2), four rounds
+    # rounded up to even (Petrick et al. 2022, §5.2), four rounds
     demo = {"transformer": "transformer_L4", "rfa_sgate": "rfa_sgate_L4", "lsh": "lsh_L4", "long_short": "lstm_L4"}
     for family, model in demo.items():
         reference = config_words(f"configs/demo/{model}.sh")

@@ -1,4 +1,4 @@
-"""Random feature attention with sentential gating (paper 000 §3) and the gates of its
+"""Random feature attention with sentential gating (Wu et al. 2022, §3) and the gates of its
 successors (a gate per head at every token, Peng et al. 2021 §3.3; a decay per feature, GLA):
 the three forms of the ops agree, RFA approximates softmax attention, the gates do what their
 papers say, and the model decodes incrementally exactly as it runs in one pass."""

@@ -1,4 +1,4 @@
-# Long-short term masking (paper 002) over 4-sentence windows (L = 4), tiny, for the long-range
+# Long-short term masking (Zhang et al. 2020) over 4-sentence windows (L = 4), tiny, for the long-range
 # synthetic corpus (scripts/reproduce_context_length.sh): 2 of the 4 heads of every encoder and
 # decoder self-attention see only the current sentence, as configs/demo/lstm_L4.sh.
 source "${RFA_DOC_MT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}/configs/demo/train_args.sh"

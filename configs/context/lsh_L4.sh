@@ -1,7 +1,7 @@
-# LSH attention (paper 003) in encoder self, decoder causal and cross attention over
+# LSH attention (Petrick et al. 2022) in encoder self, decoder causal and cross attention over
 # 4-sentence windows (L = 4), tiny, for the long-range synthetic corpus
 # (scripts/reproduce_context_length.sh): four hash rounds, hash classes = L rounded up to an
-# even number (4, paper 003 §5.2), chunks of 8 as configs/demo/lsh_L4.sh.
+# even number (4, Petrick et al. 2022, §5.2), chunks of 8 as configs/demo/lsh_L4.sh.
 source "${RFA_DOC_MT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}/configs/demo/train_args.sh"
 TASK_ARGS="--context-size 3"
 MODEL_ARGS="--arch lsh_doc_transformer_tiny --share-all-embeddings

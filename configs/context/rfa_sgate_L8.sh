@@ -1,4 +1,4 @@
-# RFA with the sentential gate (paper 000 §3.2, RFA-sgate, b_f initialised to 2) over
+# RFA with the sentential gate (Wu et al. 2022, §3.2, RFA-sgate, b_f initialised to 2) over
 # 8-sentence windows (L = 8), tiny, for the long-range synthetic corpus
 # (scripts/reproduce_context_length.sh): configs/demo/rfa_sgate_L4.sh at another context size.
 source "${RFA_DOC_MT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}/configs/demo/train_args.sh"

@@ -1,4 +1,4 @@
-# LSH attention (paper 003, Table 2) in all three attentions, four hash rounds as paper 003's
+# LSH attention (Petrick et al. 2022, Table 2) in all three attentions, four hash rounds as Petrick et al. 2022's
 # three-fold systems, with k = 0 context sentences (windows of 1), tiny, for the embedded corpus
 # (reproduce_lsh_table2.sh). Hash classes = k + 1 rounded up to an even number (2), chunks of 8
 # (see lsh_L4.sh, the k = 3 system with LSH in all three).

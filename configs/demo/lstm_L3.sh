@@ -1,4 +1,4 @@
-# Long-short term masking (paper 002's 3-to-3 system): 3-sentence windows, 2 of the 4 heads of
+# Long-short term masking (Zhang et al. 2020's 3-to-3 system): 3-sentence windows, 2 of the 4 heads of
 # every encoder and decoder self-attention see only the current sentence; tiny, embedded corpus.
 source "${RFA_DOC_MT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}/configs/demo/train_args.sh"
 TASK_ARGS="--context-size 2"

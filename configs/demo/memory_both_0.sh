@@ -1,4 +1,4 @@
-# Recurrent-memory transformer (paper 004, Table 3 ablation), tiny, for the embedded corpus:
+# Recurrent-memory transformer (Feng et al. 2022, Table 3 ablation), tiny, for the embedded corpus:
 # memory in the lower layer on both sides. Otherwise as memory_L1.sh (memory in the top layer, index 1, of both sides).
 MEMORY_ENCODER_LAYERS=0
 MEMORY_DECODER_LAYERS=0

@@ -1,4 +1,4 @@
-# RFA (paper 000: random feature attention in decoder causal + cross attention) over
+# RFA (Wu et al. 2022: random feature attention in decoder causal + cross attention) over
 # 1-sentence windows (L = 1), tiny, for the embedded corpus (reproduce_rfa_*.sh).
 source "${RFA_DOC_MT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}/configs/demo/train_args.sh"
 TASK_ARGS="--context-size 0"

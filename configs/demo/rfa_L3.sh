@@ -1,4 +1,4 @@
-# RFA (paper 000: random feature attention in decoder causal + cross attention) over
+# RFA (Wu et al. 2022: random feature attention in decoder causal + cross attention) over
 # 3-sentence windows (L = 3), tiny, for the embedded corpus (reproduce_rfa_*.sh).
 source "${RFA_DOC_MT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}/configs/demo/train_args.sh"
 TASK_ARGS="--context-size 2"

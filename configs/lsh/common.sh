@@ -1,4 +1,4 @@
-# Paper 003 (Petrick et al. 2022, "Locality-Sensitive Hashing for Long Context NMT") §5.2, Table 2:
+# Petrick et al. 2022 (Petrick et al. 2022, "Locality-Sensitive Hashing for Long Context NMT") §5.2, Table 2:
 # document-level systems over windows of k context sentences + the current one (L = k + 1).
 # Sourced by the configs in this folder after they set
 #   CONTEXT   k, the number of context sentences (paper: 0, 3, 9, 12)

@@ -1,7 +1,7 @@
-# Long-short term masking transformer (paper 002), L = 4 (4-to-4): windows of four sentences.
+# Long-short term masking transformer (Zhang et al. 2020), L = 4 (4-to-4): windows of four sentences.
 # Paper sizes (as doc_transformer: 6+6 layers, 512, 8 heads, FFN 1024, tied embeddings); 4 of
 # the 8 heads of encoder and decoder self-attention are local (see only their own sentence).
-# Training as paper 000 trains every model family: Adam, peak lr 5e-4 warmed up over 8000
+# Training as Wu et al. 2022 trains every model family: Adam, peak lr 5e-4 warmed up over 8000
 # updates, 16,384 tokens per update (4096 x 4), mixed precision (needs a GPU); decoding beam 4
 # (scripts/decode.sh). Stopping (not given by the papers): 10 epochs without a better valid loss.
 TASK_ARGS="--context-size 3"

@@ -1,4 +1,4 @@
-# The 3-to-3 transformer baseline of paper 002 (Sys1 of the supplement's Table 1): windows of
+# The 3-to-3 transformer baseline of Zhang et al. 2020 (Sys1 of the supplement's Table 1): windows of
 # three sentences, every head global (--local-heads 0: the long-short model with no local head is
 # the concatenation transformer). Same sizes and training as lstm_3to3.sh.
 TASK_ARGS="--context-size 2"

@@ -1,4 +1,4 @@
-# Paper 004 §4.2, stage 1 of two-stage training: the sentence-level transformer-base baseline
+# Feng et al. 2022, §4.2, stage 1 of two-stage training: the sentence-level transformer-base baseline
 # (6+6 layers, 512, FFN 2048, 8 heads, shared embeddings) that the memory configs of this folder
 # finetune (MEMORY_PRETRAINED=<this run>/checkpoint_best.pt). AdamW, learning rate 5e-4 with 4000
 # warm-up updates, dropout 0.3 (TED, News; 0.1 for Europarl: BASELINE_DROPOUT=0.1), patience 5.

@@ -1,4 +1,4 @@
-# Paper 004 (Feng et al., "Learn To Remember: Transformer with Recurrent Memory for Document-Level
+# Feng et al. 2022 (Feng et al., "Learn To Remember: Transformer with Recurrent Memory for Document-Level
 # Machine Translation") §4.2, stage 2 of two-stage training: the recurrent-memory transformer,
 # finetuned from a sentence-level baseline (configs/memory/baseline.sh, stage 1).
 # Sourced by the configs in this folder after they set

@@ -1,4 +1,4 @@
-# Paper 000 (Wu et al. 2022) RFA models, Table 1 / Figure 3: sourced by the configs in this folder
+# Wu et al. 2022 (Wu et al. 2022) RFA models, Table 1 / Figure 3: sourced by the configs in this folder
 # after they set
 #   CORPUS  iwslt (IWSLT15 zh-en), opensub-bleu or opensub-consistency (OpenSubtitles en-ru:
 #           separate models are trained for BLEU and for consistency, appendix A.2)
@@ -46,7 +46,7 @@ case "$GATE" in
   sgate-avg) GATE_ARGS="--rfa-gate sgate-avg --rfa-gate-bias-init 0" ;;
   *) echo "configs/rfa/common.sh: GATE must be softmax, none, sgate or sgate-avg, got '$GATE'" >&2; return 2 ;;
 esac
-# Paper 000 §4 and Table 2 follow Ma et al. (2021b): each 4-sentence OpenSubtitles window is a
+# Wu et al. 2022, §4 and Table 2 follow Ma et al. (2021b): each 4-sentence OpenSubtitles window is a
 # separate document, processed with stride-one windows like IWSLT (so no --fixed-window here).
 TASK_ARGS="--context-size $((WINDOW - 1))"
 if [ "$GATE" = softmax ]; then

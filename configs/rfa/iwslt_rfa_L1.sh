@@ -1,4 +1,4 @@
-# Paper 000: RFA, iwslt, L = 1.
+# Wu et al. 2022: RFA, iwslt, L = 1.
 CORPUS=iwslt
 GATE=none
 WINDOW=1

@@ -1,4 +1,4 @@
-# Paper 000: RFA-sgate, iwslt, L = 4.
+# Wu et al. 2022: RFA-sgate, iwslt, L = 4.
 CORPUS=iwslt
 GATE=sgate
 WINDOW=4

@@ -1,4 +1,4 @@
-# Paper 000: RFA-sgate-avg, iwslt, L = 1.
+# Wu et al. 2022: RFA-sgate-avg, iwslt, L = 1.
 # At L = 1 a window has no separator, so the gate never fires: this equals RFA (L = 1).
 CORPUS=iwslt
 GATE=sgate-avg

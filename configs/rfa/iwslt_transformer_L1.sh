@@ -1,4 +1,4 @@
-# Paper 000 Table 1: the transformer baseline on IWSLT15 zh-en, L = 1.
+# Wu et al. 2022, Table 1: the transformer baseline on IWSLT15 zh-en, L = 1.
 CORPUS=iwslt
 GATE=softmax
 WINDOW=1

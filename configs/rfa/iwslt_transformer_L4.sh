@@ -1,4 +1,4 @@
-# Paper 000 Table 1: the transformer baseline on IWSLT15 zh-en, L = 4.
+# Wu et al. 2022, Table 1: the transformer baseline on IWSLT15 zh-en, L = 4.
 CORPUS=iwslt
 GATE=softmax
 WINDOW=4

@@ -1,4 +1,4 @@
-# Paper 000: RFA, opensub-bleu, L = 1.
+# Wu et al. 2022: RFA, opensub-bleu, L = 1.
 CORPUS=opensub-bleu
 GATE=none
 WINDOW=1

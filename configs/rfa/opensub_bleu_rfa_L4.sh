@@ -1,4 +1,4 @@
-# Paper 000: RFA, opensub-bleu, L = 4.
+# Wu et al. 2022: RFA, opensub-bleu, L = 4.
 CORPUS=opensub-bleu
 GATE=none
 WINDOW=4

@@ -1,4 +1,4 @@
-# Paper 000: RFA-sgate, opensub-bleu, L = 4.
+# Wu et al. 2022: RFA-sgate, opensub-bleu, L = 4.
 CORPUS=opensub-bleu
 GATE=sgate
 WINDOW=4

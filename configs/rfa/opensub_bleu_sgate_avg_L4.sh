@@ -1,4 +1,4 @@
-# Paper 000: RFA-sgate-avg, opensub-bleu, L = 4.
+# Wu et al. 2022: RFA-sgate-avg, opensub-bleu, L = 4.
 CORPUS=opensub-bleu
 GATE=sgate-avg
 WINDOW=4

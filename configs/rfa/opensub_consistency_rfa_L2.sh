@@ -1,4 +1,4 @@
-# Paper 000 Figure 3: RFA on OpenSubtitles en-ru (consistency models), L = 2.
+# Wu et al. 2022, Figure 3: RFA on OpenSubtitles en-ru (consistency models), L = 2.
 CORPUS=opensub-consistency
 GATE=none
 WINDOW=2

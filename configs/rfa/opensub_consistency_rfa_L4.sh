@@ -1,4 +1,4 @@
-# Paper 000: RFA, opensub-consistency, L = 4.
+# Wu et al. 2022: RFA, opensub-consistency, L = 4.
 CORPUS=opensub-consistency
 GATE=none
 WINDOW=4

@@ -1,4 +1,4 @@
-# Paper 000: RFA-sgate, opensub-consistency, L = 4.
+# Wu et al. 2022: RFA-sgate, opensub-consistency, L = 4.
 CORPUS=opensub-consistency
 GATE=sgate
 WINDOW=4

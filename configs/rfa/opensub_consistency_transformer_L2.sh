@@ -1,4 +1,4 @@
-# Paper 000 Figure 3: the transformer on OpenSubtitles en-ru (consistency models), L = 2.
+# Wu et al. 2022, Figure 3: the transformer on OpenSubtitles en-ru (consistency models), L = 2.
 CORPUS=opensub-consistency
 GATE=softmax
 WINDOW=2

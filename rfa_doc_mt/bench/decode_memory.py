@@ -1,4 +1,4 @@
-"""Decoding throughput at equal memory (paper 000, §4.3: RFA fits a larger batch in the same memory).
+"""Decoding throughput at equal memory (Wu et al. 2022, §4.3: RFA fits a larger batch in the same memory).
 
     python -m rfa_doc_mt.bench.decode_memory run --data DIR --out memory.json [--window-size 15]
                                                  [--budget-mb 4096] [--start 12] [--probes 5]

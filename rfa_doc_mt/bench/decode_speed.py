@@ -1,4 +1,4 @@
-"""Decoding speed of RFA against the transformer as the window grows (paper 000, Figure 4, A.3).
+"""Decoding speed of RFA against the transformer as the window grows (Wu et al. 2022, Figure 4, A.3).
 
     python -m rfa_doc_mt.bench.decode_speed run --data DIR --out speed.json [--quick] [--device cuda]
     python -m rfa_doc_mt.bench.decode_speed plot speed.json --out speed.png
@@ -67,7 +67,7 @@ from fairseq.incremental_decoding_utils import FairseqIncrementalState
 from ..modules.random_feature_attention.gates import GATE_VARIANTS
 from ..provenance import commit_info, machine_info, record_load_at_end, save_figure, write_json
 
-# paper 000, Table 3: batch size used to decode each window size L (32 GB A100; also its CPU runs)
+# Wu et al. 2022, Table 3: batch size used to decode each window size L (32 GB A100; also its CPU runs)
 PAPER_BATCH_SIZES = {1: 1024, 2: 512, 3: 512, 4: 256, 5: 256, 10: 128, 15: 96}
 WINDOW_SIZES = (1, 2, 3, 4, 5, 10, 15)
 QUICK_WINDOW_SIZES = (1, 4, 15)

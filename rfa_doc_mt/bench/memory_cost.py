@@ -1,4 +1,4 @@
-"""Decoding cost of the recurrent-memory transformer as documents grow (paper 004, §5.4, Figure 8).
+"""Decoding cost of the recurrent-memory transformer as documents grow (Feng et al. 2022, §5.4, Figure 8).
 
     python -m rfa_doc_mt.bench.memory_cost run --out cost.json [--quick] [--device cuda]
     python -m rfa_doc_mt.bench.memory_cost plot cost.json --out cost.png
@@ -48,7 +48,7 @@ def build_model(task, name: str, seed: int, max_positions: int, device: str, dty
     from ..models.build import build_model as build
 
     arch = "memory_doc_transformer" if name == "memory" else "doc_transformer"
-    # transformer-base for all three, as paper 004's baseline (doc_transformer's default FFN is 1024)
+    # transformer-base for all three, as Feng et al. 2022's baseline (doc_transformer's default FFN is 1024)
     model = build(arch, task, seed=seed, max_source_positions=max_positions, max_target_positions=max_positions,
                   share_all_embeddings=True, encoder_ffn_embed_dim=2048, decoder_ffn_embed_dim=2048)
     return model.to(device=device, dtype=dtype).eval()

@@ -5,12 +5,12 @@
     python -m rfa_doc_mt.bench.training_memory plot memory.json --out memory.png
 
 ``run`` measures one training step (forward + backward of a cross-entropy loss; no optimiser
-state) for every attention setting of paper 003 Table 2 and context size k:
+state) for every attention setting of Petrick et al. 2022, Table 2 and context size k:
 
 * ``full``: the concatenation transformer (``lsh_doc_transformer --lsh-attention none``, i.e.
   ``doc_transformer``); ``self``: LSH in encoder and decoder self-attention, 1 hash round;
   ``self-cross``: LSH in all three attentions, 4 rounds. Chunks of 10 and k + 1 hash classes
-  rounded up to even (paper 003 §5.2). Paper sizes (6+6 layers, 512, 8 heads), dropout 0.3.
+  rounded up to even (Petrick et al. 2022, §5.2). Paper sizes (6+6 layers, 512, 8 heads), dropout 0.3.
 * A fixed token budget per batch, as in the paper ("all systems use the same batch size"):
   windows of L = k + 1 sentences of ``--sentence-length`` tokens (separators and EOS
   included), ``--tokens / (L * sentence-length)`` windows a batch, so every batch holds the
@@ -28,7 +28,7 @@ state) for every attention setting of paper 003 Table 2 and context size k:
 * Full attention is fairseq's: with attention dropout 0 (the architectures' default) its
   self-attention runs torch's fused scaled-dot-product kernel, which keeps no T x T matrix,
   so only its cross-attention grows quadratically; ``--attention-dropout 0.1`` forces the
-  quadratic path everywhere (what paper 003's baseline did).
+  quadratic path everywhere (what Petrick et al. 2022's baseline did).
 
 The JSON holds the machine, the commit, the settings, every run and a summary (step memory at
 each k relative to k = 0, per attention); ``plot`` draws it in a separate step.
@@ -50,7 +50,7 @@ from ..provenance import commit_info, machine_info, save_figure, write_json
 
 CONTEXT_SIZES = (0, 3, 9, 12)
 ATTENTIONS = ("full", "self", "self-cross")
-LSH_SETTINGS = {  # paper 003 §5.2
+LSH_SETTINGS = {  # Petrick et al. 2022, §5.2
     "full": dict(lsh_attention="none", rounds=1),
     "self": dict(lsh_attention="encoder-self,decoder-self", rounds=1),
     "self-cross": dict(lsh_attention="encoder-self,decoder-self,cross", rounds=4),
@@ -69,7 +69,7 @@ def build(attention: str, context_size: int, args):
 
     dictionary, separator = toy_dictionary(args.vocabulary - 5)  # with the 4 special symbols and <sep>
     extra = {} if args.attention_dropout is None else {"attention_dropout": args.attention_dropout}
-    # context_size: the model takes paper 003's number of hash classes from it
+    # context_size: the model takes Petrick et al. 2022's number of hash classes from it
     model = build_model(args.arch, dictionary_task(dictionary, separator), seed=args.seed, share_all_embeddings=True,
                         max_source_positions=2048, max_target_positions=2048, context_size=context_size,
                         lsh_attention=LSH_SETTINGS[attention]["lsh_attention"],

@@ -72,7 +72,7 @@ from .wit3 import (
     wit3_campaign,
 )
 
-DEFAULT_BPE_SIZE = 30000  # joint BPE size of paper 000
+DEFAULT_BPE_SIZE = 30000  # joint BPE size of Wu et al. 2022
 
 
 # ---------------------------------------------------------------------------------------
@@ -441,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "file has one, else empty lines between documents, else one document), marked, "
                            "blank, docids (with --SPLIT-docids), single")
     text.add_argument("--bpe-size", type=int, default=DEFAULT_BPE_SIZE,
-                      help="joint BPE vocabulary size (default 30000 as paper 000; lowered, with a note, when "
+                      help="joint BPE vocabulary size (default 30000 as Wu et al. 2022; lowered, with a note, when "
                            "the training text is too small)")
     add_workers(text)
     add_force(text)

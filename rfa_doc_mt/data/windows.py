@@ -1,4 +1,4 @@
-"""Sliding windows of L sentences over documents (paper 000, §4 "Data Processing").
+"""Sliding windows of L sentences over documents (Wu et al. 2022, §4 "Data Processing").
 
 Every sentence of a document is the *current* sentence of one window that also holds the
 ``context_size`` = L-1 sentences before it (fewer at the start of a document). The
@@ -407,7 +407,7 @@ def parse_optimization_window(value: str) -> Tuple[int, Optional[int]]:
 
 def memory_training_batches(index: WindowIndex, groups: Sequence[np.ndarray],
                             window: Tuple[int, Optional[int]], rng: np.random.RandomState) -> List[np.ndarray]:
-    """Training batches of the recurrent-memory model (paper 004, §4.2 and §5.3).
+    """Training batches of the recurrent-memory model (Feng et al. 2022, §4.2 and §5.3).
 
     ``groups``: the windows of each document group (:func:`group_members`). The groups come in
     a random order (``rng``); each group's sentence positions are cut, in order, into

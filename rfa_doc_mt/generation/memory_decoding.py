@@ -1,4 +1,4 @@
-"""Documents in order for the recurrent-memory model (paper 004): ``fairseq-generate`` carries
+"""Documents in order for the recurrent-memory model (Feng et al. 2022): ``fairseq-generate`` carries
 each document's memory from one batch to the next (training and validation steps, which use
 :class:`DocumentMemories` too: tasks/memory_steps.py).
 

@@ -1,4 +1,4 @@
-"""The concatenation transformer (paper 000's baseline): fairseq's transformer over windows.
+"""The concatenation transformer (Wu et al. 2022's baseline): fairseq's transformer over windows.
 
 Every other model family of the project subclasses :class:`DocTransformerModel` and swaps
 in its own attention or layer; the windows, separators and decoding live in the task.
@@ -36,7 +36,7 @@ class DocTransformerModel(TransformerModel):
 
 @register_model_architecture("doc_transformer", "doc_transformer")
 def doc_transformer(args):
-    """Paper 000's setting: 6+6 layers, width 512, 8 heads, FFN 1024, tied decoder embeddings."""
+    """Wu et al. 2022's setting: 6+6 layers, width 512, 8 heads, FFN 1024, tied decoder embeddings."""
     args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 512)
     args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 1024)
     args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 8)

@@ -1,4 +1,4 @@
-"""The long-short term masking transformer (paper 002): the concatenation transformer whose
+"""The long-short term masking transformer (Zhang et al. 2020): the concatenation transformer whose
 self-attention layers have some local heads that see only the current sentence.
 
 The baseline with its self-attention (encoder, decoder, as chosen by ``--local-attention``)
@@ -56,7 +56,7 @@ def local_attention_places(cfg) -> List[str]:
 
 
 def number_of_local_heads(cfg, num_heads: int) -> int:
-    """``--local-heads``, or half of the heads when unset (paper 002 splits heads in two)."""
+    """``--local-heads``, or half of the heads when unset (Zhang et al. 2020 splits heads in two)."""
     local_heads = safe_getattr(cfg, "local_heads", None)
     return num_heads // 2 if local_heads is None else int(local_heads)
 
@@ -226,7 +226,7 @@ class LongShortTransformerDecoder(TransformerDecoderBase):
 
 @register_model("long_short_doc_transformer")
 class LongShortTermMaskingTransformerModel(DocTransformerModel):
-    """Concatenation transformer with long-short term masking self-attention (paper 002)."""
+    """Concatenation transformer with long-short term masking self-attention (Zhang et al. 2020)."""
 
     @classmethod
     def add_args(cls, parser):

@@ -1,8 +1,8 @@
-"""The concatenation transformer with locality-sensitive hashing attention (paper 003,
+"""The concatenation transformer with locality-sensitive hashing attention (Petrick et al. 2022,
 Petrick et al. 2022): the baseline, with LSH swapped in for any of encoder self-attention,
 decoder self-attention and encoder-decoder (cross) attention.
 
-Paper 003's systems (§5.2, Table 2): LSH in the encoder and decoder self-attention with one hash
+Petrick et al. 2022's systems (§5.2, Table 2): LSH in the encoder and decoder self-attention with one hash
 round, or in all three attentions with four rounds; chunks of 10; as many hash classes as
 concatenated sentences (k + 1), rounded up to an even number. See configs/lsh/.
 """
@@ -113,18 +113,18 @@ class LSHDocTransformerModel(DocTransformerModel):
         super().add_args(parser)
         parser.add_argument("--lsh-attention", type=str, metavar="LIST",
                             help="which attentions use LSH: 'none' or a comma-separated subset of "
-                                 f"{', '.join(LSH_ATTENTIONS)} (paper 003: 'encoder-self,decoder-self' "
+                                 f"{', '.join(LSH_ATTENTIONS)} (Petrick et al. 2022: 'encoder-self,decoder-self' "
                                  "or all three)")
         parser.add_argument("--lsh-chunk-size", type=int, metavar="N",
                             help="length of the chunks the hash-sorted sequence is cut into; a query sees "
-                                 "its chunk and its neighbours (paper 003: 10)")
+                                 "its chunk and its neighbours (Petrick et al. 2022: 10)")
         parser.add_argument("--lsh-hash-classes", type=int, metavar="N",
                             help="number of hash classes (buckets) of one hash function, even; default: "
-                                 "paper 003's rule, the number of concatenated sentences (--context-size + 1) "
-                                 "rounded up to even")
+                                 "Petrick et al. 2022's rule, the number of concatenated sentences "
+                                 "(--context-size + 1) rounded up to even")
         parser.add_argument("--lsh-rounds", type=int, metavar="N",
                             help="number of independent hash functions; a query sees keys sharing its class "
-                                 "in any round (paper 003: 1 for LSH self-attention only, 4 for all three)")
+                                 "in any round (Petrick et al. 2022: 1 for LSH self-attention only, 4 for all three)")
         parser.add_argument("--lsh-seed", type=int, metavar="N",
                             help="seed of the random rotations (layer i of each attention adds its own offset)")
 
@@ -160,7 +160,7 @@ def _lsh_defaults(args):
 
 @register_model_architecture("lsh_doc_transformer", "lsh_doc_transformer")
 def lsh_doc_transformer(args):
-    """Paper sizes (as ``doc_transformer``) with paper 003's LSH self-attention setting."""
+    """Paper sizes (as ``doc_transformer``) with Petrick et al. 2022's LSH self-attention setting."""
     _lsh_defaults(args)
     doc_transformer(args)
 

@@ -1,4 +1,4 @@
-"""The recurrent-memory transformer (paper 004, "Learn To Remember"): the sentence-level
+"""The recurrent-memory transformer (Feng et al. 2022, "Learn To Remember"): the sentence-level
 transformer with a memory in chosen layers that carries the document from one sentence to the
 next.
 
@@ -198,13 +198,13 @@ class MemoryTransformerDecoder(TransformerDecoderBase):
 
 @register_model("memory_doc_transformer")
 class MemoryDocTransformerModel(DocTransformerModel):
-    """Sentence-level transformer with a recurrent document memory (paper 004)."""
+    """Sentence-level transformer with a recurrent document memory (Feng et al. 2022)."""
 
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
         parser.add_argument("--memory-slots", type=int, metavar="N",
-                            help="d_M, the number of memory vectors per memory layer (paper 004: 16)")
+                            help="d_M, the number of memory vectors per memory layer (Feng et al. 2022: 16)")
         parser.add_argument("--encoder-memory-layers", type=str, metavar="LIST",
                             help="comma-separated encoder layers with a memory, negative from the top, "
                                  "'none' for no source memory (default: -1, the top layer)")
@@ -333,7 +333,7 @@ def memory_defaults(args):
 
 @register_model_architecture("memory_doc_transformer", "memory_doc_transformer")
 def memory_doc_transformer(args):
-    """Paper 004 §4.2: transformer-base (6+6 layers, width 512, 8 heads, FFN 2048, shared
+    """Feng et al. 2022, §4.2: transformer-base (6+6 layers, width 512, 8 heads, FFN 2048, shared
     embeddings), 16 memory slots in the top encoder and the top decoder layer."""
     memory_defaults(args)
     args.encoder_ffn_embed_dim = safe_getattr(args, "encoder_ffn_embed_dim", 2048)

@@ -1,4 +1,4 @@
-"""RFA document transformer (paper 000): the baseline with random feature attention in the
+"""RFA document transformer (Wu et al. 2022): the baseline with random feature attention in the
 decoder's causal and cross attention, optionally with the sentential gate (§3.2) or the gates of
 RFA's successors, at every token.
 
@@ -46,7 +46,7 @@ from .doc_transformer import (
     wrap_layer,
 )
 
-# the token gate's 0 is RFA's (paper 000 A.2: "instead of setting it to zero as in RFA"), the
+# the token gate's 0 is RFA's (Wu et al. 2022, A.2: "instead of setting it to zero as in RFA"), the
 # feature gate's GLA's (α = σ(0)^{1/16} ≈ 0.96)
 DEFAULT_GATE_BIAS = {"sgate": 2.0, "sgate-avg": 0.0, "none": 0.0, "token": 0.0, "feature": 0.0}
 # the decoder attentions RFA can replace (the paper replaces both)
@@ -199,7 +199,7 @@ class RFATransformerDecoder(TransformerDecoder):
 
 @register_model("rfa_doc_transformer")
 class RFADocTransformerModel(DocTransformerModel):
-    """The concatenation transformer with RFA in decoder causal and cross attention (paper 000)."""
+    """The concatenation transformer with RFA in decoder causal and cross attention (Wu et al. 2022)."""
 
     @classmethod
     def add_args(cls, parser):
@@ -266,7 +266,7 @@ def _rfa_defaults(args):
 
 @register_model_architecture("rfa_doc_transformer", "rfa_doc_transformer")
 def rfa_doc_transformer(args):
-    """Paper 000 sizes (those of ``doc_transformer``), RFA projections 256 (cross) + 32 (causal)."""
+    """Wu et al. 2022 sizes (those of ``doc_transformer``), RFA projections 256 (cross) + 32 (causal)."""
     _rfa_defaults(args)
     doc_transformer(args)
 

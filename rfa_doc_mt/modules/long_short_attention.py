@@ -1,4 +1,4 @@
-"""Long-short term masking self-attention (paper 002: Zhang, Chen, Ge and Fan, "Long-Short Term
+"""Long-short term masking self-attention (Zhang et al. 2020: Zhang, Chen, Ge and Fan, "Long-Short Term
 Masking Transformer: A Simple but Effective Baseline for Document-level Neural Machine
 Translation", EMNLP 2020; the supplement gives the mask code, section 2).
 
@@ -20,7 +20,7 @@ local and what happens at padding; this project fixes:
 - Cross attention can use the same idea (``aligned`` source sentence): a query in target
   sentence j sees source sentence j, clamped to the last source sentence.
 
-Three forms, one truth (DESIGN.md):
+Three forms, one truth (docs/design.md):
 
 - :func:`long_short_attention_reference`: the per-head mask written out as [batch, heads,
   time, time] and an explicit softmax, for clarity and tests;
@@ -128,7 +128,7 @@ def long_short_attention_reference(
     """
     batch, heads, query_length, dim = query.shape
     key_length = key.size(2)
-    # the supplement's mask: same sentence <=> same separator count (paper 002, supp. sec. 2)
+    # the supplement's mask: same sentence <=> same separator count (Zhang et al. 2020, supp. sec. 2)
     same_sentence = query_sentence_ids[:, :, None] == key_sentence_ids[:, None, :]
     visible = torch.ones(batch, query_length, key_length, dtype=torch.bool, device=query.device)
     if key_padding_mask is not None:
@@ -154,7 +154,7 @@ def long_short_attention_reference(
 
 class LongShortMultiheadAttention(HandOff, MultiheadAttention):
     """fairseq's multi-head attention whose first ``local_heads`` heads see only the query's
-    sentence (paper 002). Same constructor arguments as fairseq's, plus ``local_heads``.
+    sentence (Zhang et al. 2020). Same constructor arguments as fairseq's, plus ``local_heads``.
 
     Sentence ids are not computed here (the module sees hidden states, not tokens): the
     encoder / decoder that owns this module hands them in before each forward

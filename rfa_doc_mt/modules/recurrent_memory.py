@@ -1,4 +1,4 @@
-"""Recurrent memory of a document (paper 004, "Learn To Remember", §3).
+"""Recurrent memory of a document (Feng et al. 2022, "Learn To Remember", §3).
 
 The model reads a document one sentence at a time. A memory ``M`` of ``d_M`` slots of model
 width (default 16, §3.1) carries the document from one sentence to the next:
@@ -35,7 +35,7 @@ from .hand_off import HandOff
 
 
 def slot_positions(slots: int, embed_dim: int) -> Tensor:
-    """[slots, dim] sinusoidal encodings of the slot indices (paper 004 eq. 4; Vaswani et al.)."""
+    """[slots, dim] sinusoidal encodings of the slot indices (Feng et al. 2022 eq. 4; Vaswani et al.)."""
     return SinusoidalPositionalEmbedding.get_embedding(slots, embed_dim)
 
 
@@ -132,7 +132,7 @@ class RecurrentMemory(nn.Module):
 
 class MemorySelfAttention(HandOff, MultiheadAttention):
     """Self-attention of a memory layer: fairseq's self-attention, plus the memory read from and
-    written to by the sentence states it produces (paper 004 eq. 1).
+    written to by the sentence states it produces (Feng et al. 2022 eq. 1).
 
     The sentence state is the self-attention sublayer's residual stream ``h = x + SelfAttn(x)``
     (``x`` the attention's query input). The memory's Output Attention reads with

@@ -1,5 +1,5 @@
 """``finetune_adam``: Adam whose pretrained parameters learn at a fraction of the scheduled
-learning rate, for two-stage training (paper 004 §4.2: 3e-4 for the new parameters, 6e-5 for
+learning rate, for two-stage training (Feng et al. 2022, §4.2: 3e-4 for the new parameters, 6e-5 for
 the pretrained ones). The model tags its parameters (``MemoryDocTransformerModel.mark_parameter_groups``)."""
 
 import logging
@@ -19,7 +19,7 @@ class FinetuneAdamConfig(FairseqAdamConfig):
     pretrained_lr_scale: float = field(
         default=1.0,
         metadata={"help": "learning rate of the pretrained parameters as a fraction of the scheduled --lr, which "
-                          "the new (memory) parameters get; paper 004 §4.2: 6e-5 / 3e-4 = 0.2"})
+                          "the new (memory) parameters get; Feng et al. 2022, §4.2: 6e-5 / 3e-4 = 0.2"})
 
 
 @register_optimizer("finetune_adam", dataclass=FinetuneAdamConfig)

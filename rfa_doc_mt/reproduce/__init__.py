@@ -3,21 +3,21 @@
 ``scripts/reproduce_<experiment>.sh`` call this. Experiments (``--list`` prints them):
 
 * ``rfa_table1``: BLEU of the transformer and RFA at L = 1, and of the transformer, RFA,
-  RFA-sgate-avg and RFA-sgate at L = 4 (paper 000, Table 1). On the embedded corpus each
+  RFA-sgate-avg and RFA-sgate at L = 4 (Wu et al. 2022, Table 1). On the embedded corpus each
   system's learning rate, RFA's projections and the gates' b_f are searched as the paper did
   (seed 1, chosen on validation BLEU; :mod:`.search`), the chosen setting trains ``--seeds``
   seeds, and each system is compared with the transformer of its L seed by seed (paired
   bootstrap: ``python -m rfa_doc_mt.scoring.compare``).
 * ``rfa_figure3``: contrastive consistency per phenomenon of the transformer and RFA at
-  L = 1..4 with the random baseline (paper 000, Figure 3).
-* ``rfa_figure4``: RFA's decoding speedup over the transformer for L = 1..15 (paper 000,
+  L = 1..4 with the random baseline (Wu et al. 2022, Figure 3).
+* ``rfa_figure4``: RFA's decoding speedup over the transformer for L = 1..15 (Wu et al. 2022,
   Figure 4), from ``rfa_doc_mt.bench.decode_speed``.
 * ``lsh_table2``: BLEU and training peak memory against the context size for full attention,
-  LSH in self-attention and LSH in self- and cross-attention (paper 003, Table 2).
+  LSH in self-attention and LSH in self- and cross-attention (Petrick et al. 2022, Table 2).
 * ``memory_table1``: the sentence-level baseline and the recurrent-memory model fine-tuned from
-  it (paper 004, Table 1), and the memory side / layer ablation (paper 004, Table 3).
+  it (Feng et al. 2022, Table 1), and the memory side / layer ablation (Feng et al. 2022, Table 3).
 * ``lstm``: the 1-to-1 and 3-to-3 transformers and the 3-to-3 long-short term masking model
-  (paper 002's systems).
+  (Zhang et al. 2020's systems).
 * ``all``: every experiment above, each system trained once.
 
 By default an experiment runs on the embedded synthetic corpus (generated into OUT/data on

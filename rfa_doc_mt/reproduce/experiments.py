@@ -111,7 +111,7 @@ def lstm_systems(embedded: bool) -> List[Tuple[str, System]]:
             ("3to3_lstm", System("3-to-3 long-short term masking", "configs/lstm/lstm_3to3.sh"))]
 
 
-# The context-length experiment (the question paper 000 left open): each method at L = 1, 4, 8
+# The context-length experiment (the question Wu et al. 2022 left open): each method at L = 1, 4, 8
 # and 15 on the long-range corpus, and the memory model, which reads the whole document
 CONTEXT_FAMILIES = {"transformer": "Transformer", "rfa_sgate": "RFA-sgate", "lsh": "LSH self+cross",
                     "long_short": "long-short masking"}
@@ -134,29 +134,32 @@ def context_length_systems() -> List[Tuple[str, System]]:
 
 
 EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
-    Experiment("rfa_table1", "Paper 000, Table 1: BLEU at L = 1 and L = 4", "000",
+    Experiment("rfa_table1", "Wu et al. 2022, Table 1: BLEU at L = 1 and L = 4", "Wu et al. 2022",
                {EMBEDDED: rfa_table1_systems(None), "iwslt15": rfa_table1_systems("iwslt"),
                 "opensub-bleu": rfa_table1_systems("opensub_bleu")}, False, table_rfa_table1, searches=True,
                budget=TABLE1_BUDGET, convergence=TABLE1_CONVERGENCE),
-    Experiment("rfa_figure3", "Paper 000, Figure 3: contrastive consistency per phenomenon, L = 1..4", "000",
+    Experiment("rfa_figure3", "Wu et al. 2022, Figure 3: contrastive consistency per phenomenon, L = 1..4",
+               "Wu et al. 2022",
                {EMBEDDED: rfa_figure3_systems(None), "opensub-consistency": rfa_figure3_systems("opensub_consistency")},
                True, table_rfa_figure3, evaluates=("consistency",),
                smoke_rows=("transformer_L1", "transformer_L4", "rfa_L1", "rfa_L4")),
-    Experiment("rfa_figure4", "Paper 000, Figure 4: RFA's decoding speedup over the transformer", "000",
+    Experiment("rfa_figure4", "Wu et al. 2022, Figure 4: RFA's decoding speedup over the transformer", "Wu et al. 2022",
                {EMBEDDED: [], "iwslt15": []}, False, table_rfa_figure4, benchmark="decode_speed"),
-    Experiment("lsh_table2", "Paper 003, Table 2: LSH attention against the context size", "003",
+    Experiment("lsh_table2", "Petrick et al. 2022, Table 2: LSH attention against the context size",
+               "Petrick et al. 2022",
                {EMBEDDED: lsh_systems(True), "paper": lsh_systems(False)}, False, table_lsh_table2,
                benchmark="training_memory",
                # LSH self-attention (all pairs at k=0, in chunks at k=3) runs in LSH self+cross too
                smoke_rows=("full_k0", "full_k3", "self-cross_k0", "self-cross_k3")),
-    Experiment("memory_table1", "Paper 004, Tables 1 and 3: recurrent memory fine-tuned from the sentence model",
-               "004", {EMBEDDED: memory_systems(True), "paper": memory_systems(False)}, False, table_memory_table1,
+    Experiment("memory_table1", "Feng et al. 2022, Tables 1 and 3: recurrent memory fine-tuned from the sentence model",
+               "Feng et al. 2022", {EMBEDDED: memory_systems(True), "paper": memory_systems(False)}, False,
+               table_memory_table1,
                # the memory's layers are one option (the top layer trains), its sides another (each trains)
                smoke_rows=("baseline", "memory", "both_top", "source_top", "target_top")),
-    Experiment("lstm", "Paper 002: 1-to-1, 3-to-3 and 3-to-3 long-short term masking", "002",
+    Experiment("lstm", "Zhang et al. 2020: 1-to-1, 3-to-3 and 3-to-3 long-short term masking", "Zhang et al. 2020",
                {EMBEDDED: lstm_systems(True), "paper": lstm_systems(False)}, False, table_lstm),
     Experiment("context_length", "Context beyond four sentences: quality and cost against L on the long-range "
-               "corpus", "000", {EMBEDDED: context_length_systems()}, True, table_context_length,
+               "corpus", "Wu et al. 2022", {EMBEDDED: context_length_systems()}, True, table_context_length,
                embedded_data="data-long-range", budget=CONTEXT_LENGTH_BUDGET,
                validations=CONTEXT_LENGTH_VALIDATIONS,
                # RFA at the longest windows, and the memory model with its own stage 1 on this corpus

@@ -43,7 +43,7 @@ TABLE1_BUDGET = 600
 # times (CONTEXT_LENGTH_VALIDATIONS), took 78 minutes on two cores (docs/reproduction.md), within
 # its 150.
 CONTEXT_LENGTH_BUDGET = 500
-# The memory model (paper 004) is fine-tuned from a sentence-level transformer: stage 1 gets
+# The memory model (Feng et al. 2022) is fine-tuned from a sentence-level transformer: stage 1 gets
 # 3/4 of the budget, the fine-tuning 1/4, so that both stages together match the other systems.
 MEMORY_FINETUNE_SHARE = 0.25
 # Validations per run, at the same updates for every system: learning curves, and checkpoint
@@ -206,7 +206,7 @@ class Experiment:
 
 
 # Paper numbers (the papers' text): shown beside ours, never compared as if comparable.
-PAPER_RFA_TABLE1 = {  # paper 000, Table 1: BLEU, IWSLT15 zh-en and OpenSubtitles2018 en-ru
+PAPER_RFA_TABLE1 = {  # Wu et al. 2022, Table 1: BLEU, IWSLT15 zh-en and OpenSubtitles2018 en-ru
     "transformer_L1": (31.7, 32.6), "rfa_L1": (31.0, 32.9), "transformer_L4": (30.4, 33.1),
     "rfa_L4": (30.7, 33.2), "rfa_sgate_avg_L4": (30.8, 33.0), "rfa_sgate_L4": (31.2, 33.2),
     # RFA's successors' gates at every token (per head: Peng et al. 2021 §3.3; per feature: GLA),
@@ -214,17 +214,17 @@ PAPER_RFA_TABLE1 = {  # paper 000, Table 1: BLEU, IWSLT15 zh-en and OpenSubtitle
     "rfa_token_L4": (None, None), "rfa_feature_L4": (None, None)}
 # the rows compared with RFA-sgate of their L too (the granularity of forgetting)
 SGATE_COMPARED_ROWS = ("rfa_token_L4", "rfa_feature_L4")
-PAPER_RFA_SPEEDUP = {  # paper 000 §5 (text of Figure 4): RFA/transformer tokens per second
+PAPER_RFA_SPEEDUP = {  # Wu et al. 2022, §5 (text of Figure 4): RFA/transformer tokens per second
     "cpu": {1: 1.58, 15: 19.2}, "gpu": {15: 2.09}}
-PAPER_LSH_TABLE2 = {  # paper 003, Table 2: IWSLT EN→DE BLEU, ContraPro accuracy, WMT peak memory (GB)
+PAPER_LSH_TABLE2 = {  # Petrick et al. 2022, Table 2: IWSLT EN→DE BLEU, ContraPro accuracy, WMT peak memory (GB)
     ("full", 0): (23.3, 42.4, 5.5), ("full", 3): (23.6, 69.2, 7.8), ("full", 9): ("OOM", "OOM", 9.6),
     ("full", 12): ("OOM", "OOM", "OOM"),
     ("self", 0): (22.6, 38.4, 5.1), ("self", 3): (23.0, 50.1, 5.7), ("self", 9): (23.2, 50.4, 6.8),
     ("self", 12): (23.6, 46.3, 7.0),
     ("self-cross", 0): (22.5, 40.3, 9.6), ("self-cross", 3): (22.7, 59.8, 9.3),
     ("self-cross", 9): (22.1, 51.7, 9.0), ("self-cross", 12): (19.8, 51.8, 9.4)}
-PAPER_MEMORY_TABLE1 = {"baseline": (24.73, None), "memory": (25.62, 29.47)}  # paper 004, TED s-/d-BLEU
-PAPER_MEMORY_TABLE3 = {  # paper 004, Table 3 (TED, 6 layers): side, layers → s-BLEU, d-BLEU
+PAPER_MEMORY_TABLE1 = {"baseline": (24.73, None), "memory": (25.62, 29.47)}  # Feng et al. 2022, TED s-/d-BLEU
+PAPER_MEMORY_TABLE3 = {  # Feng et al. 2022, Table 3 (TED, 6 layers): side, layers → s-BLEU, d-BLEU
     "both 0-1": (25.31, 29.13), "both 2-3": (25.30, 29.23), "both 4-5": (25.43, 29.22),
     "both 5": (25.62, 29.47), "source 5": (25.42, 29.33), "target 5": (25.43, 29.25)}
 

@@ -26,7 +26,7 @@ def log(message: str) -> None:
 
 def data_problems(data: str, needs_consistency: bool, selects_on_consistency: bool = False) -> List[str]:
     """What is missing from a prepared corpus (empty: nothing). ``selects_on_consistency``: the
-    configs validate on DATA/valid_consistency (paper 000's consistency models, appendix A.2)."""
+    configs validate on DATA/valid_consistency (Wu et al. 2022's consistency models, appendix A.2)."""
     if not os.path.isdir(data):
         return [f"{data}: data directory not found (prepare one with scripts/prepare_*.sh)"]
     prep_path = os.path.join(data, "prep.json")

@@ -1,4 +1,4 @@
-"""Table 1's hyper-parameter search on the embedded corpus, as paper 000 tuned its systems
+"""Table 1's hyper-parameter search on the embedded corpus, as Wu et al. 2022 tuned its systems
 (appendix A.2), and the seeds of the settings it chooses.
 
 The paper searched the peak learning rate of every system in {5e-4, 1e-3}, RFA's cross +
@@ -374,10 +374,11 @@ class Table1Search:
         seeds = (f"The chosen setting of {seeded} then trained seeds 1..{self.seeds} (seed 1: its search run); the "
                  "table gives the mean ± sample standard deviation over seeds.") if self.seeds > 1 else \
             "One seed (--seeds 1): no spread over seeds."
-        return ("Search (paper 000, appendix A.2, at the tiny models' scale: the paper's learning rates {5e-4, 1e-3} "
-                "doubled, as the demo configs' 2e-3 stands for its 1e-3; its projections {256+32, 128+64} per head "
-                f"dimension, 32 here and 64 there; b_f as the paper's): {rows}. Every setting trained with seed 1; "
-                f"where a stage had several settings, the highest s-BLEU of the decoded validation split won. {seeds}")
+        return ("Search (Wu et al. 2022, appendix A.2, at the tiny models' scale: the paper's learning rates "
+                "{5e-4, 1e-3} doubled, as the demo configs' 2e-3 stands for its 1e-3; its projections "
+                f"{{256+32, 128+64}} per head dimension, 32 here and 64 there; b_f as the paper's): {rows}. Every "
+                "setting trained with seed 1; where a stage had several settings, the highest s-BLEU of the decoded "
+                f"validation split won. {seeds}")
 
     def search_rows(self) -> List[dict]:
         """Every setting tried, its validation s-BLEU and whether it won (JSON)."""

@@ -552,5 +552,5 @@ def table_lstm(context) -> Tuple[str, list]:
         json_rows.append({"row": row_id, "system": system.label, "config": system.config,
                           "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"], **updates_json(result),
                           "pooled_consistency": pooled(result)})
-    context.notes.append("Paper 002's supplement gives translation examples, not scores: no paper column.")
+    context.notes.append("Zhang et al. 2020's supplement gives translation examples, not scores: no paper column.")
     return markdown(["system", "updates", "s-BLEU", "d-BLEU", "consistency (pooled)"], rows), json_rows

@@ -1,4 +1,4 @@
-"""s-BLEU and d-BLEU through sacrebleu (paper 000 §4 reports d-BLEU; both are printed).
+"""s-BLEU and d-BLEU through sacrebleu (Wu et al. 2022, §4 reports d-BLEU; both are printed).
 
 * s-BLEU: corpus BLEU over sentences (the current sentence of every window).
 * d-BLEU: corpus BLEU over documents, each document's sentences joined by a space.

@@ -1,4 +1,4 @@
-"""Contrastive consistency accuracy (Voita et al. 2019; paper 000 Figure 3).
+"""Contrastive consistency accuracy (Voita et al. 2019; Wu et al. 2022, Figure 3).
 
 Each example has one source (context sentences + the current one, joined by ``_eos``) and
 several target candidates differing in the current sentence; one is true. The model scores

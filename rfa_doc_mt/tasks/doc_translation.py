@@ -7,11 +7,11 @@ Data directory layout (written by ``python -m rfa_doc_mt.data.prepare``)::
     {split}.docs                            document boundaries (see data/io.py)
 
 Decoding (``fairseq-generate``) translates every window and keeps only the translation of
-its last sentence (paper 000, Figure 1). ``--decode-mode forced-prefix`` instead forces the
+its last sentence (Wu et al. 2022, Figure 1). ``--decode-mode forced-prefix`` instead forces the
 model's own translations of the context sentences as the decoder prefix (the behaviour of
 the authors' release); windows are then decoded in document order.
 
-``--recurrent-memory`` (the ``memory_doc_transformer`` of paper 004) reads documents one sentence
+``--recurrent-memory`` (the ``memory_doc_transformer`` of Feng et al. 2022) reads documents one sentence
 at a time and carries a memory from each sentence to the next: every split is batched in
 document order (batch t holds sentence t of a group of documents), training in optimisation
 windows of ``--optimization-window`` sentence positions, document groups shuffled per epoch but
@@ -79,18 +79,18 @@ class DocTranslationConfig(TranslationConfig):
                           "window per document, its last sentence the current one"})
     decode_mode: ChoiceEnum(["free", "forced-prefix"]) = field(
         default="free",
-        metadata={"help": "free: translate the whole window, keep its last sentence (paper 000); "
+        metadata={"help": "free: translate the whole window, keep its last sentence (Wu et al. 2022); "
                           "forced-prefix: force earlier translations as the decoder prefix"})
     left_pad_source: bool = field(default=False, metadata={"help": "pad the source on the left"})
     recurrent_memory: bool = field(
         default=False,
-        metadata={"help": "for memory_doc_transformer (paper 004): one sentence per row (--context-size 0), "
+        metadata={"help": "for memory_doc_transformer (Feng et al. 2022): one sentence per row (--context-size 0), "
                           "documents read in order with their memories carried from batch to batch"})
     optimization_window: str = field(
         default="1",
         metadata={"help": "with --recurrent-memory: sentence positions per update, N, A-B (drawn uniformly "
                           "for each update) or full (a whole document group); the window's losses are "
-                          "back-propagated together (paper 004 §5.3)"})
+                          "back-propagated together (Feng et al. 2022, §5.3)"})
     eval_bleu_tokenize: str = field(
         default="13a",
         metadata={"help": "with --eval-bleu: sacrebleu's tokenizer for validation BLEU, as scripts/score.sh "

@@ -1,4 +1,4 @@
-"""The recurrent-memory model's training and validation steps (paper 004), which the
+"""The recurrent-memory model's training and validation steps (Feng et al. 2022), which the
 ``doc_translation`` task runs with ``--recurrent-memory``; decoding is in
 generation/memory_decoding.py.
 

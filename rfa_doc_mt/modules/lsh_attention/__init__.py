@@ -1,4 +1,4 @@
-"""Locality-sensitive hashing (LSH) attention: paper 003 (Petrick et al., 2022, §3) after
+"""Locality-sensitive hashing (LSH) attention: Petrick et al. 2022 (Petrick et al., 2022, §3) after
 Kitaev et al. (2020, "Reformer").
 
 Two numbers name the hashing, and they are easy to confuse:
@@ -7,10 +7,10 @@ Two numbers name the hashing, and they are easy to confuse:
   function has. Angular LSH (Andoni et al., 2015) takes ``argmax([xR; -xR])`` for a random
   rotation ``R`` of ``hash_classes / 2`` columns, so ``hash_classes`` must be even.
 * ``rounds`` (``--lsh-rounds``): how many independent hash functions (rotations) are used; a
-  query may attend to a key that shares its class in *any* round (paper 003 §3, "Multi-round
+  query may attend to a key that shares its class in *any* round (Petrick et al. 2022, §3, "Multi-round
   LSH attention").
 
-Each mechanism comes in three forms (DESIGN.md, "three forms, one truth"), one module each:
+Each mechanism comes in three forms (docs/design.md, "Three forms, one truth"), one module each:
 
 * :mod:`.reference`: :func:`reference_lsh_self_attention`, :func:`reference_lsh_cross_attention`,
   quadratic full attention restricted to the key sets ``P_i`` that the paper defines;

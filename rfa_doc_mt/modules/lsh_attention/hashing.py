@@ -31,7 +31,7 @@ def check_hash_classes(hash_classes: int) -> None:
 
 
 def paper_hash_classes(context_size: int) -> int:
-    """Paper 003 §5.2: as many hash classes as concatenated sentences (k context sentences and
+    """Petrick et al. 2022, §5.2: as many hash classes as concatenated sentences (k context sentences and
     the current one), rounded up to even."""
     sentences = context_size + 1
     return sentences + sentences % 2

@@ -84,7 +84,7 @@ class _LSHAttention(nn.Module):
 
 @with_incremental_state
 class LSHSelfAttention(_LSHAttention):
-    """LSH self-attention with shared query/key projection (paper 003 §3; Kitaev et al. 2020).
+    """LSH self-attention with shared query/key projection (Petrick et al. 2022, §3; Kitaev et al. 2020).
 
     Called like fairseq's ``MultiheadAttention`` with ``query`` = ``key`` = ``value``
     ([time, batch, embed]). ``causal=True`` for decoder self-attention: causality is built in,
@@ -157,11 +157,11 @@ class LSHSelfAttention(_LSHAttention):
 
 @with_incremental_state
 class LSHCrossAttention(_LSHAttention):
-    """LSH encoder-decoder attention (paper 003 §3, "LSH cross-attention").
+    """LSH encoder-decoder attention (Petrick et al. 2022, §3, "LSH cross-attention").
 
     Called like fairseq's ``MultiheadAttention`` for encoder attention: ``query`` [Tq, batch,
     embed] from the decoder, ``key`` = ``value`` = encoder output [Tk, batch, kdim]. In training
-    the order of queries and of keys inside a hash class is shuffled before sorting (paper 003
+    the order of queries and of keys inside a hash class is shuffled before sorting (Petrick et al. 2022
     §4: "crucial for training stability"); the shuffle is drawn from a generator seeded by
     (layer seed, update number), so recomputing a layer (activation checkpointing) repeats it,
     and the global RNG is never touched. Inference sorts by position. With an

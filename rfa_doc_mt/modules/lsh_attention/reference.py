@@ -1,5 +1,5 @@
 """Reference forms of LSH attention: quadratic full attention restricted to the key sets
-``P_i`` that paper 003 defines, written for clarity (sort ranks by pairwise comparison, chunk
+``P_i`` that Petrick et al. 2022 defines, written for clarity (sort ranks by pairwise comparison, chunk
 alignment by min/max over keys); the training and incremental forms are tested against them."""
 
 import math
@@ -39,7 +39,7 @@ def reference_lsh_self_attention(
     shared_qk: Tensor, values: Tensor, classes: Tensor, chunk_size: Optional[int], *,
     causal: bool, key_padding_mask: Optional[Tensor] = None,
 ) -> Tensor:
-    """Full attention restricted to ``union_r P_i^r`` (paper 003 §3, Figure 1).
+    """Full attention restricted to ``union_r P_i^r`` (Petrick et al. 2022, §3, Figure 1).
 
     ``P_i^r`` = positions ``j != i`` with the class of ``i`` in round ``r`` whose chunk (after
     sorting round ``r`` by class, then position) is the chunk of ``i`` or a neighbour (only the
@@ -71,7 +71,7 @@ def reference_lsh_self_attention(
 
 
 def _aligned_key_chunks(query_classes, query_chunks, key_classes, key_chunks, key_is_real):
-    """Paper 003 §3 "How to find an adequate key chunk": for every query, the middle
+    """Petrick et al. 2022, §3 "How to find an adequate key chunk": for every query, the middle
     ``ceil((j1 + j2) / 2)`` of ``j1`` = first key chunk holding ``h_min`` and ``j2`` = last key
     chunk holding ``h_max`` of its query chunk. When a class is absent, ``j1`` is the first
     chunk holding a larger class and ``j2`` the last holding a smaller one (where it would sort);
@@ -95,7 +95,7 @@ def reference_lsh_cross_attention(
     chunk_size: int, *, query_chunk_size: Optional[int] = None, key_padding_mask: Optional[Tensor] = None,
     query_order: Optional[Tensor] = None, key_order: Optional[Tensor] = None,
 ) -> Tensor:
-    """Full attention restricted to ``union_r P_i^r`` for LSH cross-attention (paper 003 §3, Figure 2).
+    """Full attention restricted to ``union_r P_i^r`` for LSH cross-attention (Petrick et al. 2022, §3, Figure 2).
 
     In round ``r`` queries and keys are sorted by (class, position) (or by (class, ``*_order``))
     and cut into chunks; query ``i``'s window is its aligned key chunk and both neighbours;

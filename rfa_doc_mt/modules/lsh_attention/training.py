@@ -203,7 +203,7 @@ def lsh_self_attention(
     shared_qk: Tensor, values: Tensor, classes: Tensor, chunk_size: int, *, causal: bool,
     key_padding_mask: Optional[Tensor] = None, dropout_p: float = 0.0, training: bool = False,
 ) -> Tensor:
-    """LSH self-attention with shared queries/keys, training form (paper 003 §3; Kitaev et al. 2020).
+    """LSH self-attention with shared queries/keys, training form (Petrick et al. 2022, §3; Kitaev et al. 2020).
 
     Computed in windows (:func:`windowed_lsh_self_attention`), or, when the sequence is so short
     that all its pairs are no more than the rounds' windows (:func:`dense_is_cheaper`), over all
@@ -231,7 +231,7 @@ def windowed_lsh_self_attention(
     shared_qk: Tensor, values: Tensor, classes: Tensor, chunk_size: int, *, causal: bool,
     key_padding_mask: Optional[Tensor] = None, dropout_p: float = 0.0, training: bool = False,
 ) -> Tensor:
-    """LSH self-attention with shared queries/keys, in windows (paper 003 §3; Kitaev et al. 2020).
+    """LSH self-attention with shared queries/keys, in windows (Petrick et al. 2022, §3; Kitaev et al. 2020).
 
     Each round sorts the positions by (hash class, position), cuts the sorted sequence into
     chunks of ``chunk_size``, and lets every query attend to the keys of its own class in its
@@ -362,7 +362,7 @@ def _duplicate_counts(classes, chunk_of, query_positions, key_positions, offsets
 class _CrossSorting:
     """What both forms of LSH cross-attention sort and align, every round: keys and queries padded
     to whole chunks (padding in ``PAD_CLASS``), sorted by (class, position or random rank), and
-    every query chunk's aligned key chunk (paper 003 §3: the middle of the first key chunk holding
+    every query chunk's aligned key chunk (Petrick et al. 2022, §3: the middle of the first key chunk holding
     the chunk's smallest class and the last key chunk holding its largest).
 
     key_sort / key_slot: [b, h, R, Tk'] (sorted slot -> position, position -> slot); key_classes,
@@ -413,7 +413,7 @@ def lsh_cross_attention(
     query_order: Optional[Tensor] = None, key_order: Optional[Tensor] = None,
     dropout_p: float = 0.0, training: bool = False,
 ) -> Tensor:
-    """LSH cross-attention, training form (paper 003 §3, the paper's own extension; Figure 2).
+    """LSH cross-attention, training form (Petrick et al. 2022, §3, the paper's own extension; Figure 2).
 
     Computed in windows (:func:`windowed_lsh_cross_attention`), or, when the source is so short
     that all its keys are no more than the rounds' windows (:func:`dense_is_cheaper`), over all
@@ -435,7 +435,7 @@ def windowed_lsh_cross_attention(
     query_order: Optional[Tensor] = None, key_order: Optional[Tensor] = None,
     dropout_p: float = 0.0, training: bool = False,
 ) -> Tensor:
-    """LSH cross-attention in windows (paper 003 §3, the paper's own extension; Figure 2).
+    """LSH cross-attention in windows (Petrick et al. 2022, §3, the paper's own extension; Figure 2).
 
     Queries and keys are hashed and sorted separately (by class, then position, or then the
     random ranks ``query_order`` / ``key_order`` that the module draws in training), cut into

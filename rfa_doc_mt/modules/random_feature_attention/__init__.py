@@ -1,7 +1,7 @@
-"""Random feature attention (RFA) with a sentential gate: paper 000 §3, Peng et al. (2021).
+"""Random feature attention (RFA) with a sentential gate: Wu et al. 2022, §3, Peng et al. (2021).
 
 RFA replaces ``exp(q·k)`` by a dot product of random features, ``φ(q)·φ(k)`` (Rahimi and
-Recht, 2008), so that attention becomes (paper 000 §3.1)::
+Recht, 2008), so that attention becomes (Wu et al. 2022, §3.1)::
 
     RFA(q_t, {k_i}, {v_i}) = φ(q_t)·S_t / φ(q_t)·z_t,   S_t = Σ_i w_ti φ(k_i) v_iᵀ,  z_t = Σ_i w_ti φ(k_i)
 
@@ -34,7 +34,7 @@ Recht, 2008), so that attention becomes (paper 000 §3.1)::
   which is ``log_forget`` [batch, heads, time, F] with no key weight (:mod:`.gates`); every form
   takes it, the training form through :func:`.training.chunked_per_feature_causal_rfa`.
 
-The package, by form (DESIGN.md, "three forms, one truth"):
+The package, by form (docs/design.md, "Three forms, one truth"):
 
 * :mod:`.features`: the random matrices (a seeded bank, a fixed evaluation matrix), the
   feature maps and the release's key norm-rescale;

@@ -1,4 +1,4 @@
-"""Random matrices and feature maps of RFA (paper 000 §3.1), and the release's key norm-rescale.
+"""Random matrices and feature maps of RFA (Wu et al. 2022, §3.1), and the release's key norm-rescale.
 
 Feature maps (inputs are L2-normalised, as in Peng et al.; ``τ`` a per-head temperature)::
 

@@ -3,7 +3,7 @@ after the gated recurrence has run to the end.
 
 From the sentence to the token to the feature:
 
-* ``sgate``, ``sgate-avg``: paper 000 §3.2, a gate per head at sentence starts only
+* ``sgate``, ``sgate-avg``: Wu et al. 2022, §3.2, a gate per head at sentence starts only
   (:func:`sentence_gates`);
 * ``token``: Peng et al. (2021) §3.3, a gate per head at every token (:func:`token_gates`);
 * ``feature``: Yang et al. (2023), GLA, a decay per feature of the random-feature state at
