@@ -18,7 +18,6 @@ coarser interval or a shorter patience would have selected, and where it would h
 """
 
 import os
-import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .papers import Convergence, System
@@ -46,23 +45,14 @@ def convergence_train_args(system: System, convergence: Convergence) -> List[str
 # ---------------------------------------------------------------------------------------
 # reading a run
 
-VALID_BLEU = re.compile(r"valid on '(?P<subset>[^']+)' subset \|.*?\| bleu (?P<bleu>[-0-9.]+) "
-                        r".*?\| num_updates (?P<updates>\d+)")
 EARLY_STOP = "early stop since valid performance hasn't improved"
 
 
 def validation_bleu_curve(run_dir: str) -> List[Tuple[int, float]]:
-    """[(updates, validation s-BLEU)] from a run's train.log, in order; a resumed run's repeated
-    points are kept once."""
-    points: Dict[int, float] = {}
-    path = os.path.join(run_dir, "train.log")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                match = VALID_BLEU.search(line)
-                if match and match["subset"] == "valid":
-                    points[int(match["updates"])] = float(match["bleu"])
-    return sorted(points.items())
+    """[(updates, validation s-BLEU)] from a run's train.log (:func:`.tables.learning_curve`)."""
+    from .tables import learning_curve
+
+    return learning_curve(run_dir, "bleu")
 
 
 def stopped_early(run_dir: str) -> bool:

@@ -59,22 +59,24 @@ def system_results(run_dir: str, parent_dir: Optional[str] = None) -> dict:
     return result
 
 
-VALID_LINE = re.compile(r"valid on '(?P<subset>[^']+)' subset \| loss (?P<loss>[-0-9.]+) "
-                        r".*?\| num_updates (?P<updates>\d+)")
+VALID_LINE = re.compile(r"valid on '(?P<subset>[^']+)' subset \|.*?\| num_updates (?P<updates>\d+)")
 UPDATES = re.compile(r"num_updates[ =](\d+)")
 
 
-def learning_curve(run_dir: str) -> List[Tuple[int, float]]:
-    """[(updates, validation loss)] from a run's train.log (fairseq's 'valid on' lines), in order;
-    a resumed run's repeated points are kept once."""
+def learning_curve(run_dir: str, metric: str = "loss") -> List[Tuple[int, float]]:
+    """[(updates, validation ``metric``)] from a run's train.log (fairseq's 'valid on' lines of the
+    valid subset: ``loss``, or ``bleu`` with --eval-bleu), in order; a resumed run's repeated
+    points are kept once."""
     path = os.path.join(run_dir, "train.log")
+    value = re.compile(rf"\| {re.escape(metric)} (?P<value>[-0-9.]+) ")
     points: Dict[int, float] = {}
     if os.path.isfile(path):
         with open(path, encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 match = VALID_LINE.search(line)
-                if match and match["subset"] == "valid":
-                    points[int(match["updates"])] = float(match["loss"])
+                found = value.search(line) if match and match["subset"] == "valid" else None
+                if found:
+                    points[int(match["updates"])] = float(found["value"])
     return sorted(points.items())
 
 
@@ -337,7 +339,6 @@ def curves_plot(systems, results, path: str, title: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..provenance import save_figure
 
     figure, axis = plt.subplots(figsize=(7, 4.2))
     drawn, stage1_drawn = set(), False
@@ -356,13 +357,7 @@ def curves_plot(systems, results, path: str, title: str) -> str:
         if curve:  # labelled by config (a table's labels repeat across context sizes), or run for a variant
             label = system.key if system.overrides else os.path.splitext(os.path.basename(system.config))[0]
             axis.plot(*zip(*curve), marker=".", label=label)
-    axis.set_xlabel("updates")
-    axis.set_ylabel("validation loss (label-smoothed cross-entropy)")
-    axis.set_title(title, fontsize=9)
-    axis.legend(fontsize="x-small")
-    figure.tight_layout()
-    save_figure(figure, path)
-    return path
+    return finish_curves(figure, axis, "validation loss (label-smoothed cross-entropy)", title, path)
 
 
 def seed_groups(systems, seed_systems=None) -> Dict[str, list]:
@@ -392,7 +387,6 @@ def bleu_curves_plot(systems, seed_systems, results, path: str, title: str) -> s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..provenance import save_figure
 
     figure, axis = plt.subplots(figsize=(7.5, 4.5))
     stage1_drawn = False
@@ -419,8 +413,15 @@ def bleu_curves_plot(systems, seed_systems, results, path: str, title: str) -> s
         if len(members) > 1:
             axis.fill_between(steps, [min(by_update[s]) for s in steps], [max(by_update[s]) for s in steps],
                               color=line.get_color(), alpha=0.2, linewidth=0)
+    return finish_curves(figure, axis, "validation s-BLEU", title, path)
+
+
+def finish_curves(figure, axis, ylabel: str, title: str, path: str) -> str:
+    """Label a plot of curves against updates and save it to ``path``."""
+    from ..provenance import save_figure
+
     axis.set_xlabel("updates")
-    axis.set_ylabel("validation s-BLEU")
+    axis.set_ylabel(ylabel)
     axis.set_title(title, fontsize=9)
     axis.legend(fontsize="x-small")
     figure.tight_layout()
