@@ -33,8 +33,8 @@ class Convergence:
 # 1.345 at 2000 (docs/reproduction.md, "Why 1000"). --budget N runs shorter, and its tables say so.
 FULL_BUDGET = 1000
 # Table 1 alone on the embedded corpus (scripts/reproduce_rfa_table1.sh) trains 25 runs (its
-# search and three seeds, search.py): at 1000 updates each that is about 3 hours of two cores,
-# at 600 (the demo's budget) about 2, within the 150 minutes it is given. reproduce_all.sh trains
+# search and three seeds, search.py): 138 minutes of two cores at 600 updates (the demo's budget;
+# docs/significance.md), about three and a half hours at 1000 by that run's times. reproduce_all.sh trains
 # every table, Table 1 included, at FULL_BUDGET (one budget, so that the tables share runs).
 TABLE1_BUDGET = 600
 # The context-length experiment alone (scripts/reproduce_context_length.sh): 18 runs on the
