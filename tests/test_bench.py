@@ -1,8 +1,6 @@
 """The benchmarks' own logic (their runs are exercised in test_reproduce on the smoke corpus)."""
 
 import json
-import runpy
-import sys
 
 import pytest
 
@@ -26,7 +24,7 @@ def test_equal_memory_search_doubles_then_aims_at_the_budget():
     assert next_batch(probes((1, 5000)), 4096) == 0
 
 
-def test_update_cost_reads_each_config_and_times_what_it_builds(tmp_path, monkeypatch):
+def test_update_cost_reads_each_config_and_times_what_it_builds(tmp_path):
     from rfa_doc_mt.reproduce.cost import config_arguments, main, model_options
     from rfa_doc_mt.reproduce.papers import ROOT
 
@@ -48,10 +46,6 @@ def test_update_cost_reads_each_config_and_times_what_it_builds(tmp_path, monkey
     assert result["total_core_seconds"] == pytest.approx(transformer["core_seconds"])
     with pytest.raises(SystemExit, match="unknown system"):
         main(["--systems", "demo-nonexistent", "--steps", "1"])
-    # the command's former name runs the same command
-    monkeypatch.setattr(sys, "argv", ["update_cost.py", "--systems", "demo-nonexistent", "--steps", "1"])
-    with pytest.raises(SystemExit, match="unknown system"):
-        runpy.run_module("rfa_doc_mt.bench.update_cost", run_name="__main__", alter_sys=True)
 
 
 def test_training_speed_measures_a_step_of_the_batch_it_asks_for(capsys):

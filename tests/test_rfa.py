@@ -540,7 +540,7 @@ def test_an_example_is_unchanged_by_longer_examples_in_its_batch(gate):
 
 
 # ---------------------------------------------------------------------------------------
-# gates at every token: per head (Peng et al. 2021 §3.3) and per feature (GLA, Yang et al. 2023)
+# gates at every token: per head (Peng et al. 2021 §3.3) and per feature (GLA, Yang et al. 2024)
 
 
 @pytest.mark.parametrize("gate", ["token", "feature"])

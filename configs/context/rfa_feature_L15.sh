@@ -1,4 +1,4 @@
-# RFA with GLA's decay per feature (Yang et al. 2023; RFA-feature, rank 16, τ = 16, b initialised
+# RFA with GLA's decay per feature (Yang et al. 2024; RFA-feature, rank 16, τ = 16, b initialised
 # to 0) over 15-sentence windows (L = 15), tiny, for the long-range synthetic corpus
 # (scripts/reproduce_context_length.sh): configs/demo/rfa_feature_L4.sh at another context size.
 source "${RFA_DOC_MT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/../..}/configs/demo/train_args.sh"

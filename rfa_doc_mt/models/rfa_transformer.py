@@ -10,7 +10,7 @@ decided: decoder causal and cross attention). Variants of Table 1, and the two s
     RFA-sgate-avg  --rfa-gate sgate-avg
     RFA-token      --rfa-gate token      (Peng et al. 2021 §3.3: a gate per head at every token)
     RFA-feature    --rfa-gate feature    --rfa-gate-rank 16 --rfa-gate-temperature 16
-                                         (GLA, Yang et al. 2023: a decay per feature at every token)
+                                         (GLA, Yang et al. 2024: a decay per feature at every token)
 
 fairseq's decoder layer loop passes no token ids to the attention modules, so the decoder
 computes the sentence starts of each forward (from ``prev_output_tokens``, and from the
@@ -214,7 +214,7 @@ class RFADocTransformerModel(DocTransformerModel):
                                  "sentences at each sentence start, paper §3.2), sgate-avg (weighted "
                                  "average of previous and current sentence), token (a gate per head at "
                                  "every token, Peng et al. 2021 §3.3) or feature (a decay per feature of "
-                                 "the state at every token, GLA's low-rank gate, Yang et al. 2023)")
+                                 "the state at every token, GLA's low-rank gate, Yang et al. 2024)")
         parser.add_argument("--rfa-gate-bias-init", type=float, metavar="B",
                             help="initial gate bias b_f (paper: searched in {1, 2}); default 2 for "
                                  "sgate, 0 for sgate-avg, token and feature")

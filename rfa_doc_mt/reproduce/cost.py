@@ -2,7 +2,6 @@
 training update of every system it trains, and the core-seconds of a run at a budget.
 
     python -m rfa_doc_mt.reproduce.cost [--budget 1000] [--systems demo-rfa_L4,...] [--out cost.json]
-    python -m rfa_doc_mt.bench.update_cost ...     # the same command under its former name
 
 For every system ``scripts/reproduce_all.sh`` trains on the embedded corpus (as ``python -m
 rfa_doc_mt.reproduce --list`` names them), the model its config builds (tiny, randomly

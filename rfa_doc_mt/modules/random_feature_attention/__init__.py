@@ -27,7 +27,7 @@ Recht, 2008), so that attention becomes (Wu et al. 2022, §3.1)::
   RFA's successors gate at every token. Peng et al.'s own gated RFA (2021 §3.3, "token"), one
   gate per head from the token's input representation x_t, is the same recurrence with
   ``f_t = g_t = σ(w_g·x_t + b_g)`` and ``c_t = 1 - g_t`` (head-wise decay, as Mamba-2's scalar
-  decay, Dao and Gu 2024). GLA (Yang et al. 2023, "feature") decays each feature of the state::
+  decay, Dao and Gu 2024). GLA (Yang et al. 2024, "feature") decays each feature of the state::
 
       α_t = σ(x_t W_1 W_2 + b)^{1/τ},   S_t = Diag(α_t) S_{t-1} + φ(k_t) [v_t, 1]ᵀ
 

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 GATE_VARIANTS = ("none", "sgate", "sgate-avg", "token", "feature")
 # the gates applied at sentence starts only, from the token before (they need the sentence starts)
 SENTENCE_GATES = ("sgate", "sgate-avg")
-# GLA's gate: rank of x W_1 W_2 and temperature τ of σ(·)^{1/τ} (Yang et al. 2023 §4.4)
+# GLA's gate: rank of x W_1 W_2 and temperature τ of σ(·)^{1/τ} (Yang et al. 2024 §4.4)
 FEATURE_GATE_RANK = 16
 FEATURE_GATE_TEMPERATURE = 16.0
 
@@ -102,7 +102,7 @@ def token_gates(gate_logits: Tensor, padding_mask: Optional[Tensor] = None) -> T
 
 def feature_gates(gate_logits: Tensor, temperature: float = FEATURE_GATE_TEMPERATURE,
                   padding_mask: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:
-    """GLA's data-dependent decay per feature (Yang et al. 2023 §4.4) on RFA's state:
+    """GLA's data-dependent decay per feature (Yang et al. 2024 §4.4) on RFA's state:
     ``log_forget`` [batch, heads, time, F] and ``key_weight`` [batch, heads, time] (None without
     padding)::
 
@@ -130,7 +130,7 @@ def feature_gates(gate_logits: Tensor, temperature: float = FEATURE_GATE_TEMPERA
 
 
 class LowRankFeatureGate(nn.Module):
-    """The logits of GLA's gate, ``x W_1 W_2 + b`` (Yang et al. 2023 §4.4: rank 16), one per head
+    """The logits of GLA's gate, ``x W_1 W_2 + b`` (Yang et al. 2024 §4.4: rank 16), one per head
     and feature of the random-feature state: [..., embed_dim] → [..., heads, F] fp32.
 
     Initialised as GLA's layer is: both matrices Xavier-uniform with gain 2^-2.5, the bias

@@ -97,7 +97,7 @@ class _RandomFeatureAttentionBase(HandOff, nn.Module):
         # before) or w_g, b_g of Peng et al. (2021) §3.3 (token, from the token's own)
         self.gate_proj = nn.Linear(self.kdim if self.gate_on_keys else embed_dim, num_heads) \
             if self.gate_variant in SENTENCE_GATES + ("token",) else None
-        # GLA's low-rank gate (Yang et al. 2023 §4.4): one decay per head and feature, σ(·)^{1/τ}
+        # GLA's low-rank gate (Yang et al. 2024 §4.4): one decay per head and feature, σ(·)^{1/τ}
         self.feature_gate = LowRankFeatureGate(embed_dim, num_heads, self.features, gate_rank, gate_bias_init) \
             if self.gate_variant == "feature" else None
         self.gate_temperature = gate_temperature

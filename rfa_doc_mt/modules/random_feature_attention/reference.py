@@ -62,7 +62,7 @@ def reference_per_feature_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, lo
                                      key_weight: Optional[Tensor] = None,
                                      initial_state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """Causal RFA with a decay per feature, ``S_t = Diag(f_t) S_{t-1} + c_t φ(k_t) [v_t, 1]ᵀ``
-    (GLA, Yang et al. 2023 §4.1, on the random-feature state): the weight of key i for query t ≥ i
+    (GLA, Yang et al. 2024 §4.1, on the random-feature state): the weight of key i for query t ≥ i
     is ``Σ_f φ(q_t)_f φ(k_i)_f Π_{i<j≤t} f_{j,f} · c_i``, a [time, time, F] tensor per head here.
 
     Args: as :func:`reference_causal_rfa`, with log_forget [batch, heads, time, F] (≤ 0).

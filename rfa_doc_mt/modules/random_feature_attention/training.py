@@ -90,7 +90,7 @@ def chunked_per_feature_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_
     with ``k_i e^{B_e - B_i}``, and the state decays by ``e^{B_e - B_s}``. Inside a chunk (B from
     its start):
 
-    * GLA's chunk form (Yang et al. 2023 §4.2), one product per chunk, ``(q_t e^{B_t})·(k_i
+    * GLA's chunk form (Yang et al. 2024 §4.2), one product per chunk, ``(q_t e^{B_t})·(k_i
       e^{-B_i})``, when no chunk decays by more than e^-60 (``-B_e ≤`` :data:`FACTORED_DECAY_LIMIT`
       everywhere): every factor then lies within e^{±60} (1e-26 to 1e26), far inside fp32's normal
       range (1e-38 to 3e38), so each product is the decay to 2 roundings. Beyond, ``e^{-B_i}``
