@@ -159,15 +159,16 @@ def test_table1_reports_convergence_per_row_over_seeds(tmp_path):
     assert "Search (seed 1" not in table
 
 
-def test_context_length_at_convergence_trains_l4_l15_the_memory_and_a_second_seed_at_15():
+def test_context_length_at_convergence_trains_every_l_the_memory_and_a_second_seed_at_15():
     rows = EXPERIMENTS["context_length"].rows(EMBEDDED, converged=True)
     ids = [row_id for row_id, _ in rows]
     for family in ("transformer", "rfa_sgate", "lsh", "long_short"):
-        assert f"{family}_L4" in ids and f"{family}_L15" in ids and f"{family}_L15_seed2" in ids
-        assert f"{family}_L1" not in ids and f"{family}_L8" not in ids and f"{family}_L4_seed2" not in ids
-    for family in ("rfa_token", "rfa_feature"):  # the gates at every token: L = 15 only, one seed
-        assert f"{family}_L15" in ids and f"{family}_L15_seed2" not in ids and f"{family}_L4" not in ids
-    assert "memory" in ids and len(ids) == 15
+        for window in (1, 4, 8, 15):
+            assert f"{family}_L{window}" in ids
+        assert f"{family}_L15_seed2" in ids and f"{family}_L4_seed2" not in ids and f"{family}_L8_seed2" not in ids
+    for family in ("rfa_token", "rfa_feature"):  # the gates at every token: L = 15 only, two seeds
+        assert f"{family}_L15" in ids and f"{family}_L15_seed2" in ids and f"{family}_L4" not in ids
+    assert "memory" in ids and len(ids) == 4 * 4 + 4 + 2 * 2 + 1
     systems = dict(rows)
     second = systems["rfa_sgate_L15_seed2"]
     assert second.config == systems["rfa_sgate_L15"].config and second.overrides == ("--seed", "2")

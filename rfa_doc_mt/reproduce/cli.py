@@ -30,6 +30,7 @@ from .papers import (
     System,
 )
 from .running import (
+    config_context_size,
     config_problems,
     data_problems,
     finished,
@@ -284,11 +285,15 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
         if problems:
             raise DataError("the embedded corpus is incomplete (delete it to regenerate):\n  " + "\n  ".join(problems))
 
-    # 3. train, decode and score; longest first (LSH, and the settings other rows wait for),
-    # fine-tuned ones last
-    def priority(system: System) -> int:
-        first = "lsh" in system.key or (search is not None and search.unlocks(system))
-        return 0 if first else 2 if system.starts_from else 1
+    # 3. train, decode and score: the runs others wait for first (the settings of Table 1's search,
+    # a fine-tuned system's first stage), fine-tuned ones last; within those, longest first (the
+    # widest windows, LSH before the others), so that two runs at a time end together
+    waited_for = {system.starts_from for system in systems if system.starts_from}
+
+    def priority(system: System) -> tuple:
+        first = system.key in waited_for or (search is not None and search.unlocks(system))
+        return (0 if first else 2 if system.starts_from else 1, -config_context_size(system.config),
+                "lsh" not in system.key)
 
     def train_args(system: System) -> List[str]:
         if args.corpus != EMBEDDED:

@@ -164,12 +164,11 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                validations=CONTEXT_LENGTH_VALIDATIONS,
                # RFA at the longest windows, and the memory model with its own stage 1 on this corpus
                smoke_rows=("rfa_sgate_L15", "memory"),
-               # at convergence: each family at L = 4 and 15 and the memory model, a second seed at L = 15;
-               # RFA's gates at every token at L = 15 (one seed)
+               # at convergence: each family at every L, RFA's gates at every token at L = 15 and the memory
+               # model; two seeds for every L = 15 row
                convergence=CONTEXT_LENGTH_CONVERGENCE,
-               converged_rows=tuple(f"{family}_L{window}" for family in CONTEXT_FAMILIES for window in (4, 15))
-               + tuple(f"{family}_L15" for family in CONTEXT_GATE_FAMILIES) + ("memory",),
-               converged_seeds={f"{family}_L15": 2 for family in CONTEXT_FAMILIES}),
+               converged_rows=None,
+               converged_seeds={row: 2 for row, _ in context_length_systems() if row.endswith("_L15")}),
 ]}
 for _experiment in EXPERIMENTS.values():
     _experiment.script = f"scripts/reproduce_{_experiment.name}.sh"

@@ -90,6 +90,20 @@ def config_architectures(config: str) -> Tuple[List[str], List[str]]:
     return archs, problems
 
 
+_CONTEXT_SIZE = re.compile(r"--context-size[= ]+([0-9]+)")
+
+
+def config_context_size(config: str) -> int:
+    """The ``--context-size`` a config names (read as text; 0 where it names none as a number:
+    a config that sets it from a variable)."""
+    path = os.path.join(ROOT, config)
+    if not os.path.isfile(path):
+        return 0
+    with open(path, encoding="utf-8") as handle:
+        found = _CONTEXT_SIZE.search(handle.read())
+    return int(found.group(1)) if found else 0
+
+
 def config_problems(systems: Sequence[System]) -> List[str]:
     """Missing configs, configs without an architecture, architectures fairseq does not know."""
     problems, archs = [], {}
@@ -155,7 +169,7 @@ class _Task:
 
 def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
                 arguments: Callable[[System], Sequence[str]], more: Optional[Callable[[], List[Request]]] = None,
-                priority: Callable[[System], int] = lambda system: 0, gpus: int = 0) -> None:
+                priority: Callable[[System], tuple] = lambda system: (), gpus: int = 0) -> None:
     """Train, decode and score systems (scripts/run_system.sh), ``jobs`` at a time, each with
     its extra fairseq-train ``arguments(system)``, then evaluated as requested for it (any of
     ``EVALUATIONS``: a system of Figure 3 alone needs no test decoding, a setting of Table 1's

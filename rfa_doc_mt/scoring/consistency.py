@@ -47,13 +47,14 @@ def accuracy_report(examples: Sequence[dict], losses: Sequence[Sequence[float]])
     Identical candidates are one candidate (they get identical losses): an example is right when
     the true text has the lowest loss of its distinct texts, whichever of its copies
     ``true_ind`` names. An example with a single distinct text is skipped (``skipped``).
-    ``correct``: the outcome of every counted example, in order (1 right, 0 wrong); ``groups``,
+    ``correct``: the outcome of every counted example, in order (1 right, 0 wrong), ``distances``
+    its ``ctx_dist`` (-1 where the set gives none); ``groups``,
     where the examples name one (``group``: the mirrored pairs of the synthetic sets), the group of
     each counted example, in the same order: the unit a significance test resamples."""
     if len(examples) != len(losses):
         raise ValueError(f"{len(examples)} examples but {len(losses)} loss lists")
     correct_by_distance: Dict[int, List[int]] = defaultdict(list)
-    correct, random_baseline, groups = [], [], []
+    correct, random_baseline, groups, distances = [], [], [], []
     repeating = skipped = 0
     for example, candidate_losses in zip(examples, losses):
         if len(candidate_losses) != len(example["dst"]):
@@ -73,7 +74,8 @@ def accuracy_report(examples: Sequence[dict], losses: Sequence[Sequence[float]])
         hit = int(unique_best and best == true_index)
         correct.append(hit)
         groups.append(example.get("group"))
-        correct_by_distance[int(example.get("ctx_dist", -1))].append(hit)
+        distances.append(int(example.get("ctx_dist", -1)))
+        correct_by_distance[distances[-1]].append(hit)
         random_baseline.append(1.0 / len(texts))
     if not correct:
         raise DataError(f"none of its {len(examples)} examples has two distinct candidates")
@@ -87,6 +89,7 @@ def accuracy_report(examples: Sequence[dict], losses: Sequence[Sequence[float]])
         "repeated_candidates": repeating,
         "skipped": skipped,
         "correct": correct,
+        "distances": distances,
         **grouped,
     }
 
