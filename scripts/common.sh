@@ -1,6 +1,10 @@
 # Sourced by the other scripts: paths, the venv's tools, logging, config files.
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-if [ -x "$ROOT/.venv/bin/python" ]; then
+# the Python: RFA_DOC_MT_PYTHON where set (scripts/gpu_run.sh, a machine's own Python), else the
+# project's .venv, else PYTHON or python3
+if [ -n "${RFA_DOC_MT_PYTHON:-}" ]; then
+  PYTHON=$RFA_DOC_MT_PYTHON
+elif [ -x "$ROOT/.venv/bin/python" ]; then
   PYTHON="$ROOT/.venv/bin/python"
 else
   PYTHON=${PYTHON:-python3}

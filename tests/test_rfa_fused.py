@@ -62,12 +62,13 @@ from rfa_doc_mt.modules.random_feature_attention.features import (  # noqa: E402
     DecodingFeatureMap,
     unit_vectors,
 )
+from rfa_doc_mt.modules.random_feature_attention import fused  # noqa: E402
 from rfa_doc_mt.modules.random_feature_attention.fused import (  # noqa: E402
     fused_causal_step,
     fused_cross_read,
-    set_decoding_path,
     uses_fused_decoding,
 )
+from rfa_doc_mt.modules.random_feature_attention.layers import set_decoding_path  # noqa: E402
 from rfa_doc_mt.modules.random_feature_attention.state import NORMALISER_FLOOR, column_major_state  # noqa: E402
 from rfa_doc_mt.modules.sentences import sentence_starts  # noqa: E402
 
@@ -83,16 +84,21 @@ def interpreter_mode():
 
 PAD, SEP = 1, 3
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
-# tiny sizes (the interpreter runs every program in Python): 2 heads of 8, 4 projections
+# tiny sizes (the interpreter runs every program in Python): 2 heads of 8, 4 projections; the
+# kernels' loop over blocks of 64 features is run at larger sizes too (FEATURE_BLOCKS)
 HEADS, HEAD_DIM, PROJECTIONS = 2, 8, 4
+# (feature map, projections): 80 features (a full block and a partial one), 100 (positive: 64 + 36),
+# and the paper's sizes: 128 causal features (two full blocks), 512 cross (eight)
+FEATURE_BLOCKS = [("fourier", 40), ("positive", 100), ("fourier", 64)]
+CROSS_FEATURE_BLOCKS = FEATURE_BLOCKS + [("fourier", 256)]
 # roundings of one feature besides its angle's sum: the unit vector's division and square root,
 # sin/cos/exp (each within 2 ulps: numpy's and CUDA's libm), the scale
 FEATURE_ROUNDINGS = 6
 
 
-def feature_map(name, seed=0):
+def feature_map(name, seed=0, projections=PROJECTIONS):
     generator = torch.Generator().manual_seed(seed)
-    matrix = orthogonal_random_matrices(generator, 1, HEADS, PROJECTIONS, HEAD_DIM)[0]
+    matrix = orthogonal_random_matrices(generator, 1, HEADS, projections, HEAD_DIM)[0]
     tau = torch.rand(HEADS, generator=generator) + 0.6
     return DecodingFeatureMap.build(name, matrix, tau), matrix, tau
 
@@ -106,7 +112,7 @@ def features64(units, matrix, tau, name):
     """φ(x̂) in float64 from the formula (features.py): units [..., head_dim] per head on dim -2."""
     projection = matrix.double() / tau.double().clamp_min(MIN_TAU).view(-1, 1, 1)  # [heads, D, head_dim]
     angles = torch.einsum("...hd,hjd->...hj", units, projection)
-    scale = 1 / math.sqrt(PROJECTIONS)
+    scale = 1 / math.sqrt(matrix.size(1))
     if name == "fourier":
         return torch.cat([angles.sin(), angles.cos()], dim=-1) * scale
     return torch.exp(angles - tau.double().clamp_min(MIN_TAU).pow(-2).view(-1, 1)) * scale
@@ -124,7 +130,7 @@ def feature_error_scale(phi, matrix, tau, name):
     row_norms = (matrix.double().norm(dim=-1) / tau.double().clamp_min(MIN_TAU).view(-1, 1))  # [heads, D]
     angle_scale = row_norms.clamp_min(1.0)
     if name == "fourier":
-        per_feature = torch.cat([angle_scale, angle_scale], dim=-1) / math.sqrt(PROJECTIONS)
+        per_feature = torch.cat([angle_scale, angle_scale], dim=-1) / math.sqrt(matrix.size(1))
         return per_feature.expand_as(phi)
     return phi.abs() * angle_scale
 
@@ -160,11 +166,11 @@ def assert_within_rounding(actual, expected, terms, magnitude, name, extra=0.0):
     assert worst <= 1.0, f"{name}: a difference beyond its rounding bound ({worst:.3g} x)"
 
 
-def causal_terms(steps):
+def causal_terms(steps, features=2 * PROJECTIONS):
     """Roundings along a causal step's longest path: the unit vector (head_dim), the angle
     (head_dim), the feature (FEATURE_ROUNDINGS), the readout's sum over the features (F), the
     state's sum over the steps (each a gate, a product and a sum) and the division."""
-    return 2 * HEAD_DIM + FEATURE_ROUNDINGS + 2 * PROJECTIONS + 3 * steps + 1
+    return 2 * HEAD_DIM + FEATURE_ROUNDINGS + features + 3 * steps + 1
 
 
 class Formula:
@@ -220,11 +226,15 @@ def on_device(x):
 # the causal step
 
 
-@pytest.mark.parametrize("name,gates", [("fourier", "none"), ("fourier", "head"), ("positive", "feature")])
-def test_fused_causal_step_follows_the_formula_through_reorders_and_a_shrinking_batch(name, gates):
+@pytest.mark.parametrize("name,gates,projections",
+                         [("fourier", "none", PROJECTIONS), ("fourier", "head", PROJECTIONS),
+                          ("positive", "feature", PROJECTIONS)]
+                         + [(name, "feature", projections) for name, projections in FEATURE_BLOCKS])
+def test_fused_causal_step_follows_the_formula_through_reorders_and_a_shrinking_batch(name, gates, projections):
     """From an empty prefix, with gates off, one per head, or one per feature, key weights, beam
-    reorders (gathered on read by the next step, no copy) and rows leaving the batch."""
-    feature, matrix, tau = feature_map(name)
+    reorders (gathered on read by the next step, no copy) and rows leaving the batch; at 8 features
+    (one block of the kernel's loop) and at 80-128 (two blocks, the last one partial or full)."""
+    feature, matrix, tau = feature_map(name, projections=projections)
     features = feature.weight.size(-1) * (2 if feature.sine else 1)
     generator = torch.Generator().manual_seed(1)
     formula, prefix, storages = Formula(name, matrix, tau), {}, set()
@@ -237,7 +247,8 @@ def test_fused_causal_step_follows_the_formula_through_reorders_and_a_shrinking_
         out = fused_causal_step(qkv.to(DEVICE), to_device(feature), prefix, on_device(forget), on_device(key_weight))
         expected, magnitude = formula.step(qkv, forget, key_weight)
         assert out.shape == (batch, HEADS, HEAD_DIM) and out.dtype == torch.float32
-        assert_within_rounding(out, expected, causal_terms(step + 1), magnitude, f"{name} {gates} step {step}")
+        assert_within_rounding(out, expected, causal_terms(step + 1, features), magnitude,
+                               f"{name} {gates} {features} features step {step}")
         storages.add(prefix["state"].untyped_storage().data_ptr())
         if step in orders:
             order = orders[step]
@@ -246,7 +257,8 @@ def test_fused_causal_step_follows_the_formula_through_reorders_and_a_shrinking_
             batch = order.numel()
     # the state lives in two buffers that take turns (the gathering steps write the other)
     assert len(storages) == 2
-    assert_within_rounding(prefix["state"], formula.state, causal_terms(6), formula.abs_state, "final state")
+    assert_within_rounding(prefix["state"], formula.state, causal_terms(6, features), formula.abs_state,
+                           "final state")
 
 
 def test_fused_causal_step_continues_a_prefix_the_eager_step_kept_as_keys():
@@ -303,12 +315,14 @@ def test_fused_causal_step_takes_reduced_precision_projections(dtype):
 # the cross attention's read
 
 
-@pytest.mark.parametrize("name", ["fourier", "positive"])
-def test_fused_cross_read_follows_the_formula_for_the_sources_still_decoding(name):
+@pytest.mark.parametrize("name,projections", [("fourier", PROJECTIONS), ("positive", PROJECTIONS)]
+                         + CROSS_FEATURE_BLOCKS)
+def test_fused_cross_read_follows_the_formula_for_the_sources_still_decoding(name, projections):
     """Each source's beams read its summary ([S, z], any layout); sources that finished are skipped
     by reading the summary rows of the others (``rows``); a summary kept as keys is read through
-    its state."""
-    feature, matrix, tau = feature_map(name, seed=6)
+    its state. At 8 features (one block of the kernel's loop) and at 80-512 (two to eight blocks,
+    the last one partial or full)."""
+    feature, matrix, tau = feature_map(name, seed=6, projections=projections)
     features = feature.weight.size(-1) * (2 if feature.sine else 1)
     generator = torch.Generator().manual_seed(7)
     stored, beams, source = 4, 3, 5
@@ -357,23 +371,32 @@ def module_terms(module, time):
     return 2 * (2 * module.embed_dim + 2 * module.head_dim + module.features + time + FEATURE_ROUNDINGS)
 
 
-def test_the_eager_path_stays_on_the_cpu_and_the_fused_path_is_chosen_on_cuda():
+class CudaTensor:
+    """What the choice of a decoding path reads of a tensor, as a CUDA tensor without a gradient
+    has it (the choice is tested on machines without a GPU)."""
+
+    is_cuda, requires_grad = True, False
+
+
+def test_the_eager_path_stays_on_the_cpu_and_the_fused_path_is_chosen_on_cuda(monkeypatch):
     module, x = causal_module("none"), torch.randn(2, 3)
     assert not uses_fused_decoding(module, x)  # auto, CPU: eager, as before the fused path existed
+    assert uses_fused_decoding(module, CudaTensor())  # auto, CUDA, with Triton: fused
     set_decoding_path(module, "fused")
     assert uses_fused_decoding(module, x)
     set_decoding_path(module, "eager")
-    assert not uses_fused_decoding(module, x)
+    assert not uses_fused_decoding(module, x) and not uses_fused_decoding(module, CudaTensor())
     set_decoding_path(module, "auto")
     with torch.enable_grad():  # the kernels have no backward: a gradient keeps the eager path
         assert not uses_fused_decoding(module, x.requires_grad_())
-    if torch.cuda.is_available():
-        assert uses_fused_decoding(module, torch.zeros(1, device="cuda"))
+    assert not uses_fused_decoding(module, None)
+    monkeypatch.setattr(fused, "triton_available", lambda: False)  # CUDA without Triton: eager
+    assert not uses_fused_decoding(module, CudaTensor())
     with pytest.raises(ValueError):
         set_decoding_path(module, "graph")
 
 
-@pytest.mark.parametrize("gate", ["none", "sgate-avg"])
+@pytest.mark.parametrize("gate", ["none", "sgate", "sgate-avg", "token", "feature"])
 def test_fused_modules_decode_as_the_eager_ones_through_beam_reorders(gate):
     """Causal (with its gate) and cross attention decode token by token on both paths, with beam
     search's reorders and sentences leaving the batch: the same outputs; the fused causal state

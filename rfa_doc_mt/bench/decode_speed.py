@@ -471,7 +471,7 @@ def run(args) -> Dict:
     import rfa_doc_mt  # noqa: F401  (registers the task and the models)
 
     from ..models import doc_transformer, rfa_transformer  # noqa: F401  (the two models compared)
-    from ..modules.random_feature_attention.fused import set_decoding_path
+    from ..modules.random_feature_attention.layers import set_decoding_path
 
     if args.threads:
         torch.set_num_threads(args.threads)

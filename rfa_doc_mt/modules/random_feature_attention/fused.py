@@ -58,19 +58,6 @@ FEATURE_BLOCK = 64
 DOT_MIN = 16
 
 
-def set_decoding_path(model: nn.Module, path: str) -> int:
-    """Set the decoding path (``"auto"``, ``"eager"`` or ``"fused"``) of every RFA attention
-    module in ``model``; returns how many modules it set."""
-    from .layers import RandomFeatureCausalAttention, RandomFeatureCrossAttention
-
-    if path not in DECODING_PATHS:
-        raise ValueError(f"unknown decoding path {path!r}; expected one of {DECODING_PATHS}")
-    modules = [m for m in model.modules() if isinstance(m, (RandomFeatureCausalAttention, RandomFeatureCrossAttention))]
-    for module in modules:
-        module.decoding_path = path
-    return len(modules)
-
-
 @functools.lru_cache(maxsize=None)
 def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
@@ -180,12 +167,13 @@ def fused_causal_step(qkv: Tensor, feature_map: DecodingFeatureMap, prefix: Dict
         qkv, weight, offset, read, written,
         rows if rows is not None else _placeholder(device, torch.long),
         forget if forget is not None else placeholder, key_weight if key_weight is not None else placeholder, out,
-        heads, head_dim, projections, head_dim,
+        heads, head_dim, head_dim,
         qkv.stride(0), qkv.stride(1), qkv.stride(2),
         *read.stride(), *written.stride(), *forget_strides, *key_weight_strides,
         weight.stride(0), weight.stride(1), out.stride(0), out.stride(1),
         scale, UNIT_NORM_FLOOR, NORMALISER_FLOOR,
-        SINE=feature_map.sine, HAS_STATE=state is not None, HAS_ROWS=rows is not None,
+        PROJECTIONS=projections, FEATURES=features, SINE=feature_map.sine,
+        HAS_STATE=state is not None, HAS_ROWS=rows is not None,
         HAS_FORGET=forget is not None, HAS_KEY_WEIGHT=key_weight is not None,
         BLOCK_DIM=_block(head_dim), BLOCK_FEATURES=_block(features, largest=FEATURE_BLOCK),
         BLOCK_VALUES=_block(head_dim), enable_fp_fusion=True)
@@ -214,11 +202,12 @@ def fused_cross_read(q: Tensor, feature_map: DecodingFeatureMap, summary: Dict[s
     out = q.new_empty(batch, heads, head_dim)
     _launch(_kernels(q.device).cross_read_kernel, (sources, heads),
         q, weight, offset, state, rows if rows is not None else _placeholder(q.device, torch.long), out,
-        heads, head_dim, projections, head_dim, beams,
+        heads, head_dim, head_dim, beams,
         q.stride(0), q.stride(1), *state.stride(),
         weight.stride(0), weight.stride(1), out.stride(0), out.stride(1),
         scale, UNIT_NORM_FLOOR, NORMALISER_FLOOR,
-        SINE=feature_map.sine, HAS_ROWS=rows is not None, BLOCK_BEAMS=_block(beams), BLOCK_DIM=_block(head_dim),
+        PROJECTIONS=projections, FEATURES=features, SINE=feature_map.sine, HAS_ROWS=rows is not None,
+        BLOCK_BEAMS=_block(beams), BLOCK_DIM=_block(head_dim),
         BLOCK_FEATURES=_block(features, largest=FEATURE_BLOCK), BLOCK_VALUES=_block(head_dim),
         enable_fp_fusion=True)
     return out

@@ -21,7 +21,7 @@ from .features import (
     projection_of,
     unit_vectors,
 )
-from .fused import fused_causal_step, fused_cross_read, uses_fused_decoding
+from .fused import DECODING_PATHS, fused_causal_step, fused_cross_read, uses_fused_decoding
 from .gates import (
     FEATURE_GATE_RANK,
     FEATURE_GATE_TEMPERATURE,
@@ -71,7 +71,7 @@ class _RandomFeatureAttentionBase(HandOff, nn.Module):
 
     # the gate reads the query input (causal) or the encoder output (cross, ``kdim`` wide)
     gate_on_keys = False
-    # "auto", "eager" or "fused" (fused.set_decoding_path): which decoding step runs
+    # "auto", "eager" or "fused" (set_decoding_path): which decoding step runs
     decoding_path = "auto"
 
     def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, kdim: Optional[int] = None,
@@ -547,3 +547,14 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
             rows = None
         buffer["rows"] = rows
         return self._set_input_buffer(incremental_state, buffer)
+
+
+def set_decoding_path(model: nn.Module, path: str) -> int:
+    """Set the decoding path (``"auto"``, ``"eager"`` or ``"fused"``: :mod:`.fused`) of every RFA
+    attention module in ``model``; returns how many modules it set."""
+    if path not in DECODING_PATHS:
+        raise ValueError(f"unknown decoding path {path!r}; expected one of {DECODING_PATHS}")
+    modules = [m for m in model.modules() if isinstance(m, (RandomFeatureCausalAttention, RandomFeatureCrossAttention))]
+    for module in modules:
+        module.decoding_path = path
+    return len(modules)

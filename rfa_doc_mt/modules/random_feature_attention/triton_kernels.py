@@ -19,17 +19,22 @@ import triton.language as tl
 
 @triton.jit
 def causal_step_kernel(qkv, weight, offset, state_in, state_out, rows, forget, key_weight, out,
-                       heads, head_dim, projections, value_dim,
+                       heads, head_dim, value_dim,
                        qkv_row, qkv_part, qkv_head,
                        in_row, in_head, in_feature, in_column,
                        state_row, state_head, state_feature, state_column,
                        forget_row, forget_head, forget_feature, key_weight_row, key_weight_head,
                        weight_head, weight_dim, out_row, out_head,
-                       scale, unit_floor, normaliser_floor,
+                       scale, unit_floor, normaliser_floor, PROJECTIONS: tl.constexpr, FEATURES: tl.constexpr,
                        SINE: tl.constexpr, HAS_STATE: tl.constexpr, HAS_ROWS: tl.constexpr,
                        HAS_FORGET: tl.constexpr, HAS_KEY_WEIGHT: tl.constexpr,
                        BLOCK_DIM: tl.constexpr, BLOCK_FEATURES: tl.constexpr, BLOCK_VALUES: tl.constexpr):
     """One token of causal RFA for one (row, head): program (row, head).
+
+    The number of random projections D (``PROJECTIONS``) and of features F (``FEATURES``: 2D for
+    the fourier map, D for the positive one) are compile-time constants, fixed for a model: the
+    loop over feature blocks has a known trip count, and Triton 3.6's interpreter, which cannot
+    take a loop's bound from a run-time argument or from arithmetic on a constant, runs it too.
 
     qkv [batch, 3, heads, head_dim] (the in-projection's output, any float dtype); weight (W/τ)ᵀ
     [heads, head_dim, D] and offset [heads] fp32 (:class:`.features.DecodingFeatureMap`); the state
@@ -60,19 +65,18 @@ def causal_step_kernel(qkv, weight, offset, state_in, state_out, rows, forget, k
     written = state_out + row * state_row + head * state_head
     numerator = tl.zeros([BLOCK_VALUES], dtype=tl.float32)
     mass = tl.zeros([BLOCK_FEATURES], dtype=tl.float32)  # per lane, summed once at the end
-    features = 2 * projections if SINE else projections
-    for start in range(0, features, BLOCK_FEATURES):
+    for start in range(0, FEATURES, BLOCK_FEATURES):
         feature = start + tl.arange(0, BLOCK_FEATURES)
-        feature_mask = feature < features
+        feature_mask = feature < FEATURES
         # fourier: features [sin P, cos P], so feature f reads projection f mod D
-        projection = tl.where(feature < projections, feature, feature - projections) if SINE else feature
+        projection = tl.where(feature < PROJECTIONS, feature, feature - PROJECTIONS) if SINE else feature
         w = tl.load(weight + head * weight_head + dims[:, None] * weight_dim + projection[None, :],
                     mask=dim_mask[:, None] & feature_mask[None, :], other=0.0)
         angle_q = tl.sum(q[:, None] * w, axis=0)
         angle_k = tl.sum(k[:, None] * w, axis=0)
         if SINE:
-            phi_q = tl.where(feature < projections, tl.sin(angle_q), tl.cos(angle_q)) * scale
-            phi_k = tl.where(feature < projections, tl.sin(angle_k), tl.cos(angle_k)) * scale
+            phi_q = tl.where(feature < PROJECTIONS, tl.sin(angle_q), tl.cos(angle_q)) * scale
+            phi_k = tl.where(feature < PROJECTIONS, tl.sin(angle_k), tl.cos(angle_k)) * scale
         else:
             shift = tl.load(offset + head)
             phi_q = tl.exp(angle_q + shift)
@@ -106,11 +110,11 @@ def causal_step_kernel(qkv, weight, offset, state_in, state_out, rows, forget, k
 
 @triton.jit
 def cross_read_kernel(query, weight, offset, state, rows, out,
-                      heads, head_dim, projections, value_dim, beams,
+                      heads, head_dim, value_dim, beams,
                       query_row, query_head,
                       state_row, state_head, state_feature, state_column,
                       weight_head, weight_dim, out_row, out_head,
-                      scale, unit_floor, normaliser_floor,
+                      scale, unit_floor, normaliser_floor, PROJECTIONS: tl.constexpr, FEATURES: tl.constexpr,
                       SINE: tl.constexpr, HAS_ROWS: tl.constexpr, BLOCK_BEAMS: tl.constexpr,
                       BLOCK_DIM: tl.constexpr, BLOCK_FEATURES: tl.constexpr, BLOCK_VALUES: tl.constexpr):
     """Cross RFA's read of a cached source summary by the beams of one source, one head:
@@ -139,16 +143,15 @@ def cross_read_kernel(query, weight, offset, state, rows, out,
     read = state + stored * state_row + head * state_head
     numerator = tl.zeros([BLOCK_BEAMS, BLOCK_VALUES], dtype=tl.float32)
     mass = tl.zeros([BLOCK_BEAMS], dtype=tl.float32)
-    features = 2 * projections if SINE else projections
-    for start in range(0, features, BLOCK_FEATURES):
+    for start in range(0, FEATURES, BLOCK_FEATURES):
         feature = start + tl.arange(0, BLOCK_FEATURES)
-        feature_mask = feature < features
-        projection = tl.where(feature < projections, feature, feature - projections) if SINE else feature
+        feature_mask = feature < FEATURES
+        projection = tl.where(feature < PROJECTIONS, feature, feature - PROJECTIONS) if SINE else feature
         w = tl.load(weight + head * weight_head + dims[:, None] * weight_dim + projection[None, :],
                     mask=dim_mask[:, None] & feature_mask[None, :], other=0.0)
         angles = tl.dot(units, w, input_precision="ieee")  # [beams, features]
         if SINE:
-            phi = tl.where(feature[None, :] < projections, tl.sin(angles), tl.cos(angles)) * scale
+            phi = tl.where(feature[None, :] < PROJECTIONS, tl.sin(angles), tl.cos(angles)) * scale
         else:
             phi = tl.exp(angles + tl.load(offset + head))
         phi = tl.where(feature_mask[None, :], phi, 0.0)
@@ -183,8 +186,10 @@ def compile_kernels(capability: int = 90, warp_size: int = 32) -> dict:
     }
     sizes = {}
     for name, (kernel, flags, io_type) in variants.items():
-        # the paper's sizes: 64-wide heads, 64 causal features, 512 cross features in blocks of 64, beam 4
-        constants = dict(flags, BLOCK_DIM=64, BLOCK_FEATURES=64, BLOCK_VALUES=64)
+        # the paper's sizes: 64-wide heads, 64 causal projections (128 features), 256 cross (512) in blocks of 64
+        projections = 256 if kernel is cross_read_kernel else 64
+        constants = dict(flags, BLOCK_DIM=64, BLOCK_FEATURES=64, BLOCK_VALUES=64, PROJECTIONS=projections,
+                         FEATURES=2 * projections if flags["SINE"] else projections)
         if kernel is cross_read_kernel:
             constants["BLOCK_BEAMS"] = 16
         signature = {}
