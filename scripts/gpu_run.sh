@@ -9,7 +9,7 @@
 # OUT_DIR/environment.txt records the machine (GPU, driver, Python, torch, triton, numpy) and
 # the commit; OUT_DIR/bench_gpu.log what bench_gpu.sh printed. --dry-run (with TRITON_INTERPRET
 # set by bench_gpu.sh) rehearses the same on a CPU.
-# other options: those of scripts/bench_gpu.sh
+# other options: those of `scripts/bench_gpu.sh`
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 case "${1:-}" in
@@ -34,7 +34,7 @@ echo "[$(date +%H:%M:%S)] installed $(ls "$CARRY"/wheels | wc -l) wheels into $S
 {
   echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /' || echo "gpu: none"
-  "$PYTHON" -c 'import sys, torch, triton, numpy, fairseq
+  PYTHONWARNINGS=ignore "$PYTHON" -c 'import sys, torch, triton, numpy, fairseq
 print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda)
 print("triton", triton.__version__); print("numpy", numpy.__version__); print("fairseq", fairseq.__version__)'
 } 2>&1 | tee "$OUT/environment.txt" >&2

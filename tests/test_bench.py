@@ -199,3 +199,23 @@ def test_kernel_counter_counts_the_chosen_decoder_steps_and_stops_after_the_last
         assert min(summary["operators"]) > 0
         per_step[name] = summary["operators_per_step"]
     assert per_step["ceiling"] < per_step["rfa"]
+
+
+def test_fused_hypotheses_are_counted_where_they_differ_and_tabled():
+    """The GPU benchmark decodes the same batches on RFA's eager and fused paths: the windows whose
+    best hypotheses differ (a near tie flipped by rounding) are counted per L and tabled."""
+    import torch
+
+    from rfa_doc_mt.bench.decode_speed import FUSED, differing_hypotheses
+    from rfa_doc_mt.bench.speed_table import decode_table
+
+    eager = [torch.tensor([[5, 6, 2], [7, 2, 1]]), torch.tensor([[9, 9, 2]])]
+    fused = [torch.tensor([[5, 6, 2], [7, 2, 1]]), torch.tensor([[9, 8, 2]])]
+    assert differing_hypotheses(eager, eager) == {"windows": 3, "differing": 0}
+    counted = differing_hypotheses(eager, fused)
+    assert counted == {"windows": 3, "differing": 1}
+    summary = {"window_size": 15, "batch_size": 3, "tokens_per_second": {"transformer": 10.0, "rfa": 9.0, FUSED: 30.0},
+               "fused_speedup": 3.0, "fused_hypotheses": counted}
+    table = decode_table({"summary": [summary], "settings": {"dtype": "fp32", "beam": 4},
+                          "machine": {"device": "cuda", "gpu": "H100"}, "commit": {"commit": "abcdef0"}})
+    assert "| fp32: fused hypotheses differing from eager (windows) | 1 / 3 |" in table

@@ -215,7 +215,8 @@ def helps():
     requests = {tuple(python_request(key)) for key in keys if key[0] != "script"}
     for script in scripts:  # prefetch: a script's help is usually its opening comment
         requests |= {tuple(python_request(key)) for command in DELEGATE.findall(read(script))
-                     for words in command_lines(command) for key in [command_key(words)[0]] if key is not None}
+                     for words in command_lines(command) for key in [command_key(words)[0]]
+                     if key is not None and key[0] != "script"}
     with ThreadPoolExecutor(max_workers=4) as pool:
         python = pool.submit(python_helps, [list(request) for request in requests])
         texts = dict(zip(scripts, pool.map(script_help, scripts)))
@@ -227,8 +228,12 @@ def helps():
                 key, _ = command_key(words)
                 if key is not None:
                     delegates.setdefault(script, []).append(key)
-    more = {tuple(python_request(key)) for found in delegates.values() for key in found} - requests
+    more = {tuple(python_request(key)) for found in delegates.values() for key in found if key[0] != "script"} \
+        - requests
     texts.update(python_helps([list(request) for request in more]))
+    # a script that passes its options to another script (scripts/gpu_run.sh to scripts/bench_gpu.sh)
+    texts.update({key[1]: script_help(key[1]) for found in delegates.values() for key in found
+                  if key[0] == "script" and key[1] not in texts})
     texts["delegates"] = {script: [help_key(key, texts) for key in found] for script, found in delegates.items()}
     return texts
 

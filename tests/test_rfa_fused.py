@@ -62,7 +62,6 @@ from rfa_doc_mt.modules.random_feature_attention.features import (  # noqa: E402
     DecodingFeatureMap,
     unit_vectors,
 )
-from rfa_doc_mt.modules.random_feature_attention import fused  # noqa: E402
 from rfa_doc_mt.modules.random_feature_attention.fused import (  # noqa: E402
     fused_causal_step,
     fused_cross_read,
@@ -390,7 +389,8 @@ def test_the_eager_path_stays_on_the_cpu_and_the_fused_path_is_chosen_on_cuda(mo
     with torch.enable_grad():  # the kernels have no backward: a gradient keeps the eager path
         assert not uses_fused_decoding(module, x.requires_grad_())
     assert not uses_fused_decoding(module, None)
-    monkeypatch.setattr(fused, "triton_available", lambda: False)  # CUDA without Triton: eager
+    # CUDA without Triton: eager
+    monkeypatch.setattr("rfa_doc_mt.modules.random_feature_attention.fused.triton_available", lambda: False)
     assert not uses_fused_decoding(module, CudaTensor())
     with pytest.raises(ValueError):
         set_decoding_path(module, "graph")

@@ -368,7 +368,7 @@ def decode_batch(model, dataset, indices: List[int], beam: int, device: str,
     timer = Timer(device)
     timer.sync()
     start = time.perf_counter()
-    forced_length_beam_search(model, sample, beam, dataset.pad, dataset.eos, timer, step_context)
+    best = forced_length_beam_search(model, sample, beam, dataset.pad, dataset.eos, timer, step_context)
     timer.sync()
     wall = time.perf_counter() - start
     tokens = int(sample["target"].ne(dataset.pad).sum())
@@ -376,7 +376,8 @@ def decode_batch(model, dataset, indices: List[int], beam: int, device: str,
     sentences = index.current_sentence[indices] - index.first_sentence[indices] + 1
     return {"windows": len(indices), "tokens": tokens, "mean_sentences_per_window": float(np.mean(sentences)),
             "source_tokens": int(sample["net_input"]["src_tokens"].ne(dataset.pad).sum()),
-            "forward_seconds": timer.forward_seconds, "reorder_seconds": timer.reorder_seconds, "wall_seconds": wall}
+            "forward_seconds": timer.forward_seconds, "reorder_seconds": timer.reorder_seconds, "wall_seconds": wall,
+            "hypotheses": best.cpu()}
 
 
 def profile_batch(model, dataset, indices: List[int], beam: int, device: str, top: int) -> List[Dict]:
@@ -400,6 +401,13 @@ def scaled_batch_size(window_size: int, scale: float) -> int:
     return max(1, int(round(PAPER_BATCH_SIZES[window_size] * scale)))
 
 
+def differing_hypotheses(eager: List[torch.Tensor], fused: List[torch.Tensor]) -> Dict[str, int]:
+    """How many windows' best hypotheses differ between two decodings of the same batches (the same
+    weights on the eager and the fused path: where they differ, rounding flipped a near tie)."""
+    differing = sum(int(a.ne(b).any(dim=1).sum()) for a, b in zip(eager, fused))
+    return {"windows": sum(a.size(0) for a in eager), "differing": differing}
+
+
 def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, batches: List[List[int]], args,
                     runs: List[Dict]) -> Dict:
     """Every model decodes the same batches (in alternating order); their summary for this L and
@@ -407,10 +415,12 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
     device = args.device
     totals = {name: {"tokens": 0, "forward_seconds": 0.0, "reorder_seconds": 0.0, "wall_seconds": 0.0}
               for name in models}
+    hypotheses: Dict[str, List[torch.Tensor]] = {name: [] for name in models}
     for number, indices in enumerate(batches):
         order = list(models) if number % 2 == 0 else list(reversed(list(models)))
         for name in order:
             figures = decode_batch(models[name], dataset, indices, args.beam, device)
+            hypotheses[name].append(figures.pop("hypotheses"))
             figures.update({"window_size": window_size, "model": name, "batch": number,
                             "batch_size": len(indices),
                             "tokens_per_second": figures["tokens"] / figures["forward_seconds"]})
@@ -431,6 +441,7 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
             summary["wall_" + key] = wall_speeds[name] / wall_speeds["transformer"]
     if "rfa" in speeds and FUSED in speeds:
         summary["fused_over_eager"] = speeds[FUSED] / speeds["rfa"]
+        summary["fused_hypotheses"] = differing_hypotheses(hypotheses["rfa"], hypotheses[FUSED])
     summary["reorder_share"] = {name: t["reorder_seconds"] / t["forward_seconds"] for name, t in totals.items()}
     if CEILING in speeds:
         summary["ceiling_speedup"] = speeds[CEILING] / speeds["transformer"]
@@ -460,6 +471,9 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
         line += f"; ceiling/transformer {summary['ceiling_speedup']:.2f}x"
         if "rfa_share_of_ceiling" in summary:
             line += f", RFA/ceiling {summary['rfa_share_of_ceiling']:.2f}"
+    if "fused_hypotheses" in summary:
+        line += (f"; fused hypotheses differing from the eager ones: {summary['fused_hypotheses']['differing']} of "
+                 f"{summary['fused_hypotheses']['windows']} windows")
     line += "".join(f"; {name} {speeds[name]:.1f} tokens/s ({speeds[name] / speeds['rfa']:.2f} of RFA's)"
                     for name in gated if "rfa" in speeds)
     print(line + f"; cache reordering {summary['reorder_share']['transformer']:.0%} of the transformer's forward "

@@ -36,6 +36,10 @@ def decode_table(result: Dict) -> str:
                        ("rfa_fused_share_of_ceiling", "RFA fused / ceiling")):
         if any(key in s for s in summary):
             rows.append([f"{dtype}: {label}"] + [_number(s.get(key), 2) for s in summary])
+    if any("fused_hypotheses" in s for s in summary):
+        rows.append([f"{dtype}: fused hypotheses differing from eager (windows)"] + [
+            f"{s['fused_hypotheses']['differing']} / {s['fused_hypotheses']['windows']}" if "fused_hypotheses" in s
+            else "—" for s in summary])
     counted = [s for s in summary if "kernel_counts" in s]
     if counted:
         unit = "kernels_per_step" if result["machine"].get("device", "cpu").startswith("cuda") else \
