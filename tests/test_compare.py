@@ -187,3 +187,64 @@ def test_compare_command_prints_and_writes_every_figure(tmp_path, capsys):
 def test_interval_bounds_use_sacrebleus_order_statistics():
     values = np.arange(1000, dtype=float)[::-1]
     assert compare.interval_bounds(values) == (25.0, 974.0)
+
+
+def write_inputs(tmp_path, reports):
+    """References, two identical outputs, document boundaries and two consistency reports."""
+    (tmp_path / "ref").write_text("\n".join(REFERENCES) + "\n")
+    (tmp_path / "hyp").write_text("\n".join(REFERENCES) + "\n")
+    (tmp_path / "docs").write_text("".join(f"10\td{k}\n" for k in range(10)))
+    for name, report in reports.items():
+        (tmp_path / name).write_text(json.dumps(report))
+    return ["--ref", str(tmp_path / "ref"), "--docs", str(tmp_path / "docs"), "--baseline", str(tmp_path / "hyp"),
+            "--system", str(tmp_path / "hyp"), "--baseline-consistency", str(tmp_path / "a.json"),
+            "--system-consistency", str(tmp_path / "b.json")]
+
+
+def test_the_command_resamples_the_mirrored_pairs_its_reports_name(tmp_path):
+    """Through compare's command (what Table 1 and the context-length experiment run): reports whose
+    sets name their mirrored pairs (``groups``) are compared pair by pair. Two sentence-level
+    models, each right on one example of every pair, do not differ in any resample of pairs; a
+    bootstrap over single examples would find an interval around zero."""
+    groups = [k // 2 for k in range(100)]
+    reports = {"a.json": {"deixis": {"correct": [1, 0] * 50, "groups": groups}, "pooled": {}},
+               "b.json": {"deixis": {"correct": [0, 1] * 50, "groups": groups}, "pooled": {}}}
+    consistency = compare.main(write_inputs(tmp_path, reports))[-1]
+    assert consistency.units == 50 and "pairs" in consistency.unit_name
+    assert consistency.interval == (0.0, 0.0) and consistency.p_value == 1.0
+    ungrouped = compare.consistency_comparison([1, 0] * 50, [0, 1] * 50)
+    assert ungrouped.interval[0] < 0 < ungrouped.interval[1]  # what a lost hand-off would print
+
+
+def test_consistency_compares_the_chosen_phenomena_and_distances_only(tmp_path):
+    """--phenomena and --distances compare a part of the contrastive examples (accuracy 8-14
+    sentences back, say), by the reports' per-example distances, their pairs kept together."""
+    distances = [1, 1, 9, 9, 12, 12, 3, 3]
+    groups = [0, 0, 1, 1, 2, 2, 3, 3]
+    reports = {"a.json": {"deixis": {"correct": [1, 0, 1, 0, 1, 0, 1, 0], "distances": distances, "groups": groups},
+                          "anaphora": {"correct": [1, 1], "distances": [9, 9], "groups": [0, 0]}, "pooled": {}},
+               "b.json": {"deixis": {"correct": [1, 1, 1, 1, 1, 1, 0, 0], "distances": distances, "groups": groups},
+                          "anaphora": {"correct": [1, 0], "distances": [9, 9], "groups": [0, 0]}, "pooled": {}}}
+    arguments = write_inputs(tmp_path, reports)
+    far = compare.main(arguments + ["--distances", "8-14", "--phenomena", "deixis"])[-1]
+    assert far.metric == "consistency 8-14 back" and far.units == 2  # the pairs at 9 and 12
+    assert (far.baseline, far.system, far.difference) == (50.0, 100.0, 50.0)
+    both = compare.main(arguments + ["--distances", "8-14"])[-1]  # anaphora's pair at 9 too: 4 of 6 and 5 of 6
+    assert both.units == 3 and both.difference == pytest.approx(100 * (5 / 6 - 4 / 6))
+    assert compare.main(arguments + ["--distances", "1"])[-1].difference == 50.0  # the pair at 1 only
+    with pytest.raises(DataError, match="no example whose antecedent lies 5-7"):
+        compare.main(arguments + ["--distances", "5-7"])
+    with pytest.raises(DataError, match="no contrastive set ellipsis"):
+        compare.main(arguments + ["--phenomena", "ellipsis"])
+    with pytest.raises(DataError, match="LOW-HIGH"):
+        compare.main(arguments + ["--distances", "far"])
+    del reports["a.json"]["deixis"]["distances"]
+    with pytest.raises(DataError, match="score it again"):
+        compare.main(write_inputs(tmp_path, reports) + ["--distances", "8-14"])
+
+
+def test_consistency_reports_record_each_examples_distance():
+    examples = [{"src": "a", "dst": ["x", "y"], "true_ind": 0, "ctx_dist": d} for d in (3, 1, 8)]
+    examples.append({"src": "b", "dst": ["x", "x"], "true_ind": 0, "ctx_dist": 5})  # one distinct text: skipped
+    report = accuracy_report(examples, [[0.1, 0.9]] * 4)
+    assert report["distances"] == [3, 1, 8] and len(report["correct"]) == 3

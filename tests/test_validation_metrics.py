@@ -471,3 +471,128 @@ def test_reproduction_runs_validate_at_the_same_updates_whatever_their_epochs(co
     assert len(epochs) > budget // interval  # more epoch ends than validations: they would show
     expected = set(range(interval, budget + 1, interval)) | {budget}
     assert set(validations(lines, "valid")) == expected
+
+
+# ---- early stopping across a resume ---------------------------------------------------------------
+
+# Every validation after the first is one without improvement: the highest validation loss is the
+# "best", and a model's validation loss falls from its first updates on (asserted below). With
+# patience 4 an uninterrupted run stops at update 5, whatever the machine's rounding.
+STOPPING_ARGS = ["--lr", "5e-3", "--warmup-updates", "1", "--max-update", "12", "--patience", "4",
+                 "--validate-interval-updates", "1", "--save-interval-updates", "1", "--validate-interval", "1000000",
+                 "--save-interval", "1000000", "--best-checkpoint-metric", "loss", "--maximize-best-checkpoint-metric",
+                 "--max-tokens", "512", "--log-interval", "1"]
+SAVED = re.compile(r"Saved checkpoint .* \(epoch \d+ @ (\d+) updates")
+EARLY_STOP = "early stop since valid performance hasn't improved for last 4 runs"
+
+
+def log_since(path, offset=0):
+    with open(path, encoding="utf-8") as handle:
+        handle.seek(offset)
+        return handle.read().splitlines()
+
+
+def interrupt_after(command, logs, update, env):
+    """Start ``command`` and kill it (SIGKILL to its whole process group, as a power cut would) as
+    soon as a training log matching the glob ``logs`` says the checkpoint of ``update`` (or a later
+    one) is saved; returns that log's path."""
+    import glob
+    import signal
+    import time
+
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                               start_new_session=True)
+    try:
+        while process.poll() is None:
+            for log in glob.glob(logs):
+                if any(int(m.group(1)) >= update for m in map(SAVED.search, log_since(log)) if m):
+                    os.killpg(process.pid, signal.SIGKILL)
+                    return log
+            time.sleep(0.01)
+    finally:
+        process.wait(timeout=60)
+    raise AssertionError(f"{command} ended before it saved update {update}")
+
+
+def test_a_resumed_run_stops_where_an_uninterrupted_one_does(corpus, tmp_path):
+    """A real fairseq-train run through scripts/train.sh (what every reproduction runs), killed after
+    a validation without improvement and started again with the same command, resumes from its
+    checkpoint_last.pt and stops on its patience at the update an uninterrupted run stops at, with
+    the same best checkpoint: the task's early-stopping counter went to disk in the checkpoint
+    and came back through fairseq's own reload (a run that counted its patience afresh would
+    train on for as many validations as it had already spent)."""
+    from fairseq.checkpoint_utils import load_checkpoint_to_cpu
+
+    train_sh = os.path.join(ROOT, "scripts", "train.sh")
+    config = os.path.join(ROOT, "configs", "demo", "transformer_L1.sh")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+
+    def command(save_dir):
+        return [train_sh, config, corpus, str(save_dir), *STOPPING_ARGS]
+
+    whole_dir, resumed_dir = tmp_path / "whole", tmp_path / "resumed"
+    whole = subprocess.run(command(whole_dir), capture_output=True, text=True, env=env, timeout=600)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    lines = log_since(whole_dir / "train.log")
+    losses = validations(lines, "valid")
+    assert sorted(losses) == [1, 2, 3, 4, 5]  # stopped on its patience at 5, not at --max-update 12
+    assert all(losses[u]["loss"] < losses[u - 1]["loss"] for u in range(2, 6))  # 2-5: no improvement
+    assert any(EARLY_STOP in line for line in lines)
+
+    # killed right after it saved update 2 (one validation without improvement), or a little later
+    interrupt_after(command(resumed_dir), str(resumed_dir / "train.log"), 2, env)
+    interrupted_at = load_checkpoint_to_cpu(str(resumed_dir / "checkpoint_last.pt"))["optimizer_history"][-1][
+        "num_updates"]
+    before = os.path.getsize(resumed_dir / "train.log")
+    assert 2 <= interrupted_at < 5 and not any(EARLY_STOP in line for line in log_since(resumed_dir / "train.log"))
+    again = subprocess.run(command(resumed_dir), capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    again_lines = log_since(resumed_dir / "train.log", before)
+    assert any(f"Loaded checkpoint {resumed_dir}/checkpoint_last.pt" in line for line in again_lines)
+    assert sorted(validations(again_lines, "valid")) == list(range(interrupted_at + 1, 6))
+    assert any(EARLY_STOP in line for line in again_lines)
+    best = [load_checkpoint_to_cpu(str(d / "checkpoint_best.pt")) for d in (whole_dir, resumed_dir)]
+    assert [b["optimizer_history"][-1]["num_updates"] for b in best] == [1, 1]
+    assert best[0]["extra_state"]["best"] == best[1]["extra_state"]["best"]
+    for name, weight in best[0]["model"].items():
+        assert torch.equal(weight, best[1]["model"][name]), name
+
+
+def test_a_converging_reproduction_resumes_where_it_was_interrupted(tmp_path):
+    """The reproduction's own command under the convergence budget (``--converge``; a smoke run's
+    corpus, validated every update, patience 3), killed after its first run saved a validation
+    without improvement, then run again: the interrupted run resumes from its checkpoint and stops
+    where its own recorded curve says an uninterrupted run stops (the stopping rule replayed on
+    it), keeping the checkpoint of its best validation; a run that counted its patience afresh
+    would train to the cap. A smoke model's validation s-BLEU stays at 0: no validation after the
+    first improves on it, and each run stops at update 4."""
+    from fairseq.checkpoint_utils import load_checkpoint_to_cpu
+
+    from rfa_doc_mt.reproduce.convergence import replay, run_convergence
+    from rfa_doc_mt.reproduce.papers import Convergence, System
+
+    out = tmp_path / "reproduce"
+    # the command runs in this test's process group (not handed to the warm-start server, whose
+    # fork would outlive a kill); the commands it starts are warm
+    command = [sys.executable, "-c", "import runpy; runpy.run_module('rfa_doc_mt.reproduce', run_name='__main__')",
+               "lstm", "--smoke", "--converge", "--validate-every", "1", "--patience", "3", "--cap", "8",
+               "--jobs", "1", "--out", str(out)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    log = interrupt_after(command, str(out / "runs" / "*" / "train.log"), 2, env)
+    run_dir = os.path.dirname(log)
+    interrupted_at = load_checkpoint_to_cpu(os.path.join(run_dir, "checkpoint_last.pt"))["optimizer_history"][-1][
+        "num_updates"]
+    assert interrupted_at in (2, 3), interrupted_at  # after a validation without improvement, before the stop
+    again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert any(f"Loaded checkpoint {run_dir}/checkpoint_last.pt" in line for line in log_since(log))
+    budget = Convergence(interval=1, patience=3, cap=8)
+    runs = sorted(name for name in os.listdir(out / "runs") if os.path.isdir(out / "runs" / name))
+    assert len(runs) == 3  # the 1-to-1 and 3-to-3 transformers, long-short masking
+    for name in runs:
+        summary = run_convergence(str(out / "runs" / name), System(name, "configs/demo/transformer_L1.sh"), budget)
+        stop, selected, _ = replay(summary["curve"], 1, 3)
+        assert (summary["last_update"], summary["best_update"], summary["stopped_early"]) == (stop, selected, True)
+        assert stop == 4, (name, summary["curve"])
+        best = load_checkpoint_to_cpu(str(out / "runs" / name / "checkpoint_best.pt"))
+        assert best["optimizer_history"][-1]["num_updates"] == selected

@@ -152,10 +152,9 @@ def gpu_count() -> int:
 
 def group_convergence(args, experiments: List[Experiment]):
     """The convergence budget of experiments that share a corpus (and so their runs): the first
-    one's that has its own (else the default), with the command line's changes; a smoke run's own."""
-    if args.smoke:
-        return SMOKE_CONVERGENCE
-    convergence = next((e.convergence for e in experiments if e.convergence is not None), DEFAULT_CONVERGENCE)
+    one's that has its own (else the default; a smoke run's own), with the command line's changes."""
+    convergence = SMOKE_CONVERGENCE if args.smoke else \
+        next((e.convergence for e in experiments if e.convergence is not None), DEFAULT_CONVERGENCE)
     changes = {name: value for name, value in (("interval", args.validate_every), ("patience", args.patience),
                                                ("cap", args.cap)) if value is not None}
     return replace(convergence, **changes)

@@ -235,11 +235,52 @@ def pooled_outcomes(baseline: Dict[str, List[int]], system: Dict[str, List[int]]
     return base, other
 
 
+def select_examples(report: dict, phenomena: Optional[Sequence[str]] = None,
+                    distances: Optional[Tuple[int, int]] = None, source: str = "consistency.json") -> dict:
+    """The part of a consistency report that a comparison pools: its ``phenomena`` (None: every
+    one), and of each only the examples whose antecedent lies ``distances`` = (low, high)
+    sentences back (None: every example), with their outcomes and groups."""
+    sets = {name: value for name, value in report.items() if name != "pooled"}
+    if phenomena:
+        missing = [name for name in phenomena if name not in sets]
+        if missing:
+            raise DataError(f"{source}: no contrastive set {', '.join(missing)} (it has {', '.join(sorted(sets))})")
+        sets = {name: sets[name] for name in phenomena}
+    if distances is None:
+        return sets
+    low, high = distances
+    selected = {}
+    for name, value in sets.items():
+        if "distances" not in value:
+            raise DataError(f"{source}: {name} has no per-example antecedent distances ('distances'); it was scored "
+                            "before they were recorded: score it again (python -m rfa_doc_mt.scoring.consistency ...)")
+        keep = [k for k, distance in enumerate(value["distances"]) if low <= distance <= high]
+        selected[name] = {key: [value[key][k] for k in keep] for key in ("correct", "distances", "groups")
+                          if key in value}
+    if not any(value.get("correct") for value in selected.values()):
+        raise DataError(f"{source}: no example whose antecedent lies {low}-{high} sentences back")
+    return selected
+
+
+def parse_distances(text: str) -> Tuple[int, int]:
+    """``8-14`` → (8, 14); ``1`` → (1, 1)."""
+    low, _, high = text.partition("-")
+    try:
+        bounds = (int(low), int(high or low))
+    except ValueError:
+        raise DataError(f"distances {text!r}: expected LOW-HIGH or N (sentences back), e.g. 8-14") from None
+    if bounds[0] > bounds[1] or bounds[0] < 0:
+        raise DataError(f"distances {text!r}: expected 0 <= LOW <= HIGH")
+    return bounds
+
+
 def compare_outputs(baseline: Sequence[str], system: Sequence[str], references: Sequence[str], documents,
                     baseline_consistency: Optional[dict] = None, system_consistency: Optional[dict] = None,
                     test: str = "bs", samples: Optional[int] = None, seed: int = DEFAULT_SEED,
-                    tokenize: str = "13a") -> List[Comparison]:
-    """s-BLEU, d-BLEU and (given both reports) pooled consistency of two systems, each compared."""
+                    tokenize: str = "13a", phenomena: Optional[Sequence[str]] = None,
+                    distances: Optional[Tuple[int, int]] = None) -> List[Comparison]:
+    """s-BLEU, d-BLEU and (given both reports) pooled consistency of two systems, each compared;
+    the consistency over ``phenomena`` and ``distances`` only, where given (:func:`select_examples`)."""
     check_seed(seed)
     comparisons = [
         bleu_comparison(baseline, system, references, "s-BLEU", "sentences", test, samples, seed, tokenize),
@@ -248,12 +289,15 @@ def compare_outputs(baseline: Sequence[str], system: Sequence[str], references: 
     if (baseline_consistency is None) != (system_consistency is None):
         raise DataError("consistency: give both systems' reports, or neither")
     if baseline_consistency is not None:
-        base, other = pooled_outcomes(consistency_outcomes(baseline_consistency, "baseline"),
-                                      consistency_outcomes(system_consistency, "system"))
-        groups = [consistency_groups(report) for report in (baseline_consistency, system_consistency)]
+        reports = [select_examples(report, phenomena, distances, source)
+                   for report, source in ((baseline_consistency, "baseline"), (system_consistency, "system"))]
+        base, other = pooled_outcomes(consistency_outcomes(reports[0], "baseline"),
+                                      consistency_outcomes(reports[1], "system"))
+        groups = [consistency_groups(report) for report in reports]
         if groups[0] != groups[1]:
             raise DataError("consistency: the two reports group their examples differently: not the same sets")
-        comparisons.append(consistency_comparison(base, other, samples or DEFAULT_SAMPLES["bs"], seed,
+        metric = "consistency" + (f" {distances[0]}-{distances[1]} back" if distances else "")
+        comparisons.append(consistency_comparison(base, other, samples or DEFAULT_SAMPLES["bs"], seed, metric,
                                                   groups=pooled_groups(groups[0]) if groups[0] else None))
     return comparisons
 
@@ -297,6 +341,11 @@ def main(argv=None) -> List[Comparison]:
     parser.add_argument("--docs", required=True, help="document boundaries (.docs file), for d-BLEU")
     parser.add_argument("--baseline-consistency", help="the baseline's consistency.json (scoring.consistency --json)")
     parser.add_argument("--system-consistency", help="the other system's consistency.json, on the same sets")
+    parser.add_argument("--phenomena", metavar="NAME[,NAME...]",
+                        help="consistency over these contrastive sets only (default: every set of the reports)")
+    parser.add_argument("--distances", metavar="LOW-HIGH",
+                        help="consistency over the examples whose antecedent lies LOW-HIGH sentences back only "
+                             "(e.g. 8-14; the reports' per-example distances)")
     parser.add_argument("--test", choices=sorted(TESTS), default="bs",
                         help="BLEU's test: bs = paired bootstrap (default), ar = approximate randomization")
     parser.add_argument("--samples", type=int,
@@ -318,8 +367,12 @@ def main(argv=None) -> List[Comparison]:
     documents = read_docs(args.docs, num_sentences=len(references))
     reports = [read_json(p) for p in (args.baseline_consistency, args.system_consistency)] \
         if args.baseline_consistency else [None, None]
+    if (args.phenomena or args.distances) and not args.baseline_consistency:
+        parser.error("--phenomena and --distances select contrastive examples: give the consistency reports")
     comparisons = compare_outputs(baseline, system, references, documents, *reports, test=args.test,
-                                  samples=args.samples, seed=args.seed, tokenize=args.tokenize)
+                                  samples=args.samples, seed=args.seed, tokenize=args.tokenize,
+                                  phenomena=args.phenomena.split(",") if args.phenomena else None,
+                                  distances=parse_distances(args.distances) if args.distances else None)
     print(format_comparisons(comparisons, args.baseline, args.system))
     if args.json:
         with atomic_write(args.json) as handle:
