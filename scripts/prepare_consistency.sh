@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
-# Apply a prepared corpus's tokenization + BPE to Voita et al.'s contrastive JSON sets, for
-# consistency scoring.
+# Apply a prepared corpus's tokenization + BPE to contrastive sets (Voita et al.'s JSON, ContraPro,
+# Bawden et al. 2018), for consistency scoring.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 usage() {
     cat <<USAGE
-usage: $(basename "$0") [--prep DIR] [--out DIR] [--source-lang L --target-lang L] [--force] [JSON ...]
+usage: $(basename "$0") [--prep DIR] [--out DIR] [--source-lang L --target-lang L] [--documents DIR]
+       [--context-sentences N] [--force] [JSON ...]
 
   --prep DIR        corpus written by prepare_opensubtitles.sh / prepare.py
                     (default: $ROOT/data-bin/opensubtitles-en-ru)
   --out DIR         output directory (default: PREP/consistency); sets already there, prepared
                     for the same corpus, are kept: the new ones are added
   --source-lang L, --target-lang L
-                    languages of the sets, checked against the corpus's (default: guessed from
-                    the writing system of their text; a set for another pair stops the run)
+                    languages of the sets, checked against the corpus's (default: ContraPro's
+                    en-de and Bawden et al.'s en-fr, else guessed from the writing system of
+                    their text; a set for another pair stops the run)
+  --documents DIR   ContraPro: the OpenSubtitles2018 documents folder of its setup_opensubs.sh
+                    (DIR/<year>/<document>.{en,de}), where each example's context comes from
+  --context-sentences N
+                    ContraPro: document sentences before each example's sentence carried as its
+                    context (default 3, as Voita et al.'s examples)
   --force           replace --out with only these sets
-  JSON ...          contrastive sets (default: every *.json of $ROOT/../shared/data/voita-consistency)
+  JSON ...          contrastive sets, each in the format it is published in, read from the file:
+                    Voita et al.'s JSON, ContraPro's contrapro.json, Bawden et al.'s anaphora.json
+                    and lexical-choice.json (default: every *.json of
+                    $ROOT/../shared/data/voita-consistency)
 
 Examples that repeat a candidate (Voita et al.'s ellipsis_infl and ellipsis_vp test sets) are
 counted and kept: identical candidates are one candidate, scored once; an example left with a
@@ -35,7 +45,8 @@ while [ $# -gt 0 ]; do
         -h|--help) usage; exit 0 ;;
         --prep) [ $# -ge 2 ] || { usage >&2; exit 2; }; PREP="$2"; shift 2 ;;
         --out) [ $# -ge 2 ] || { usage >&2; exit 2; }; OUT="$2"; shift 2 ;;
-        --source-lang|--target-lang) [ $# -ge 2 ] || { usage >&2; exit 2; }; EXTRA+=("$1" "$2"); shift 2 ;;
+        --source-lang|--target-lang|--documents|--context-sentences)
+            [ $# -ge 2 ] || { usage >&2; exit 2; }; EXTRA+=("$1" "$2"); shift 2 ;;
         --force) EXTRA+=("$1"); shift ;;
         -*) echo "error: unknown option $1" >&2; usage >&2; exit 2 ;;
         *) JSON+=("$1"); shift ;;

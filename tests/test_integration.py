@@ -263,6 +263,44 @@ def test_consistency_scores_repeated_candidates_once(corpus, models, tmp_path, c
     assert only_first["accuracy"] == 100.0 * expected
 
 
+def test_contrapro_and_bawden_sets_prepared_and_scored_end_to_end(corpus, models, tmp_path, capsys):
+    """ContraPro's and Bawden et al.'s sets, in their published formats (small files), through
+    scripts/prepare_consistency.sh and the scorer with the L=2 model: one report per set, per
+    antecedent distance in Müller et al.'s buckets and per category. The corpus is the synthetic
+    src-tgt one: --source-lang/--target-lang say so (and name ContraPro's document files); the
+    sets' words are unknown to the model (<unk>)."""
+    from test_contrastive_formats import anaphora_block, cohesion_block, contrapro_entry, contrapro_fixture, write
+
+    entries = [contrapro_entry(5, 1), contrapro_entry(6, 5, pronoun="es", reference="Was ist es mit dem Buch ?",
+                                                         contrastive=("er",)),
+               contrapro_entry(2, 0, pronoun="eine", reference="Ich habe dir eine Geschichte erzählt .")]
+    for entry in entries:
+        entry["document id"] = entry["document id"].replace(".de", ".tgt")
+    contrapro, documents = contrapro_fixture(tmp_path / "ContraPro", entries, languages=("src", "tgt"))
+    anaphora = write(tmp_path / "discourse" / "anaphora.json", {"1": anaphora_block(), "2": anaphora_block()})
+    lexical = write(tmp_path / "discourse" / "lexical-choice.json", {"1": cohesion_block("repet")})
+    out = tmp_path / "prepared"
+    prepared = script("prepare_consistency.sh", "--prep", corpus, "--out", out, "--source-lang", "src",
+                      "--target-lang", "tgt", "--documents", documents, "--context-sentences", "2",
+                      contrapro, anaphora, lexical)
+    assert prepared.returncode == 0, prepared.stderr[-3000:]
+    assert "contrapro.json: 3 ContraPro entries with up to 2 context sentences from 1 documents" in prepared.stdout
+
+    report = consistency.main(["--path", models[2], "--data", corpus, "--sets", str(out), "--cpu",
+                               "--json", str(tmp_path / "consistency.json")])
+    printed = capsys.readouterr().out
+    assert set(report) == {"contrapro", "anaphora", "lexical-choice", "pooled"}
+    assert (report["contrapro"]["examples"], report["anaphora"]["examples"], report["lexical-choice"]["examples"]) \
+        == (3, 4, 2)
+    assert sorted(report["contrapro"]["by_category"]["ante distance"]) == ["0", "1", ">3"]
+    assert sorted(report["contrapro"]["by_ctx_dist"]) == ["0", "1", "5"]
+    assert report["anaphora"]["groups"] == ["1", "1", "2", "2"]
+    assert sorted(report["anaphora"]["by_category"]["type"]) == ["f.pl", "m.pl"]
+    # the random baseline: 1 / 3 candidates (the reference and two variants), 1 / 2 for the second entry
+    assert report["contrapro"]["random"] == pytest.approx(100 * (1 / 3 + 1 / 2 + 1 / 3) / 3)
+    assert "contrapro by ante distance: 0 " in printed and "anaphora by variant: correct " in printed
+
+
 def test_consistency_scorer_names_a_missing_checkpoint(corpus, tmp_path):
     """Item 3: fairseq ended in a traceback (OSError) for a checkpoint that does not exist."""
     missing = str(tmp_path / "missing.pt")

@@ -385,7 +385,7 @@ def contrastive_example(**changes):
     ({"true_ind": True}, "'true_ind' True"),
     ({"dst": ["A _eos B _eos C _eos D", "A _eos B _eos C"]}, r"'dst'\[1\] has 3 sentences but 'src' has 4"),
     ({"dst": ["A _eos B _eos C _eos D"]}, "at least two candidate"),
-    ({"ctx_dist": 4}, "'ctx_dist' 4"),
+    ({"ctx_dist": -1}, "'ctx_dist' -1 is not a distance"),
     ({"src": "a _eos _eos c _eos d"}, "'src': sentence 2 of 4 is empty"),
 ])
 def test_contrastive_validation_names_file_and_example(tmp_path, changes, message):

@@ -5,6 +5,7 @@
     python -m rfa_doc_mt.data.prepare iwslt15 --wit3-dir DIR --out DIR [--bpe-size 30000]
     python -m rfa_doc_mt.data.prepare opensubtitles --data-dir DIR --out DIR [--bpe-size 30000]
     python -m rfa_doc_mt.data.prepare consistency --json FILE [FILE ...] --prep DIR --out DIR
+        [--documents DIR] [--context-sentences 3]
     python -m rfa_doc_mt.data.prepare synthetic --out DIR [--seed 1] [--{train,valid,test}-documents N]
         [--contrastive-pairs N]
     python -m rfa_doc_mt.data.prepare binarize --raw DIR --out DIR --source-lang S --target-lang T
@@ -46,6 +47,7 @@ from .binarize import (
     write_prep,
     write_sentencepiece_dictionary,
 )
+from .contrastive_formats import DEFAULT_CONTEXT_SENTENCES
 from .contrastive_sets import CONSISTENCY_MANIFEST, read_manifest, write_consistency_sets
 from .io import DataError, Document, PrepareError, log, write_docs, write_lines
 from .plain_text import DOCUMENT_MARK, check_parallel_text, read_documents
@@ -321,7 +323,8 @@ def run_consistency(args, command: str) -> None:
         keep = [entry for entry in os.listdir(out) if entry != CONSISTENCY_MANIFEST and entry not in replaced]
     with staged_output(out, CONSISTENCY_MANIFEST, force=args.force, keep=keep) as stage:
         manifest = write_consistency_sets(args.json, args.prep, prep, stage, languages=languages,
-                                          manifest_sets=kept_sets)
+                                          manifest_sets=kept_sets, documents=args.documents,
+                                          context_sentences=args.context_sentences)
     for name, entry in manifest.items():
         status = "kept" if name in kept_sets else "written"
         log(f"consistency {name}: {entry['examples']} examples, {entry['candidates']} candidates ({status})")
@@ -457,13 +460,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_force(subtitles)
 
     consistency = commands.add_parser("consistency", help="contrastive JSON sets, processed like a prepared corpus")
-    consistency.add_argument("--json", nargs="+", required=True, help="contrastive JSON files")
+    consistency.add_argument("--json", nargs="+", required=True,
+                             help="contrastive sets as published, the format read from each file: Voita et al.'s "
+                                  "JSON, ContraPro's contrapro.json (with --documents), Bawden et al.'s "
+                                  "anaphora.json and lexical-choice.json")
+    consistency.add_argument("--documents", help="ContraPro: the OpenSubtitles2018 documents folder its "
+                                                 "setup_opensubs.sh writes (DIR/<year>/<document>.{en,de})")
+    consistency.add_argument("--context-sentences", type=int, default=DEFAULT_CONTEXT_SENTENCES,
+                             help="ContraPro: the document sentences before each example's sentence that it "
+                                  f"carries as context (default {DEFAULT_CONTEXT_SENTENCES}, as Voita et al.'s "
+                                  "examples; a model of L sentences reads the last L-1)")
     consistency.add_argument("--prep", required=True, help="a corpus directory written by this script")
     consistency.add_argument("--out", required=True,
                              help="output directory for the processed JSON sets; sets already there (prepared "
                                   "for the same corpus) are kept")
-    consistency.add_argument("--source-lang", help="language of the sets' 'src' (default: guessed from its script)")
-    consistency.add_argument("--target-lang", help="language of the sets' 'dst' (default: guessed from its script)")
+    consistency.add_argument("--source-lang", help="language of the sets' source side (default: ContraPro's en, "
+                                                   "Bawden et al.'s en, else guessed from the script)")
+    consistency.add_argument("--target-lang", help="language of the sets' target side (default: ContraPro's de, "
+                                                   "Bawden et al.'s fr, else guessed from the script); with "
+                                                   "--source-lang, the suffixes of ContraPro's document files")
     consistency.add_argument("--force", action="store_true",
                              help="replace --out with only these sets, whatever it holds")
 

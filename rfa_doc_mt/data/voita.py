@@ -6,7 +6,11 @@
 * Contrastive test sets (``deixis_dev.json``, ``lex_cohesion_test.json``, ...): a JSON list
   of ``{"src": str, "dst": [str, ...], "true_ind": int, "ctx_dist": int}``, each string four
   sentences joined by `` _eos ``; ``dst`` holds the candidate translations, ``true_ind``
-  the correct one, ``ctx_dist`` how many sentences back the context that decides it lies.
+  the correct one, ``ctx_dist`` how many sentences back the context that decides it lies
+  (0: in the current sentence; it may lie further back than the sentences an example carries,
+  as ContraPro's antecedents do). Sets converted from other formats
+  (:mod:`.contrastive_formats`) add ``categories`` ({axis: value}, reported by the scorer) and
+  ``group`` (examples a significance test resamples together).
   The released ``ellipsis_infl`` and ``ellipsis_vp`` sets repeat a candidate in some examples:
   the copies are one candidate (:func:`distinct_candidates`).
 """
@@ -63,12 +67,17 @@ def read_context_aware(source_path: str, target_path: str, sentences_per_documen
     return sides[0], sides[1]
 
 
-def read_contrastive(path: str) -> List[dict]:
-    """A contrastive JSON set, validated (see :func:`validate_contrastive`)."""
+def load_json(path: str):
+    """A JSON file, stopping with the line of what is not JSON."""
     try:
-        examples = json.loads(read_text(path))
+        return json.loads(read_text(path))
     except json.JSONDecodeError as error:
         raise DataError(f"{path}:{error.lineno}: invalid JSON: {error.msg}")
+
+
+def read_contrastive(path: str) -> List[dict]:
+    """A contrastive JSON set, validated (see :func:`validate_contrastive`)."""
+    examples = load_json(path)
     validate_contrastive(path, examples)
     return examples
 
@@ -101,9 +110,12 @@ def validate_contrastive(path: str, examples) -> None:
                     f"{where}: 'dst'[{candidate_index}] has {len(candidate_sentences)} sentences but 'src' has "
                     f"{len(source_sentences)}")
         distance = example["ctx_dist"]
-        if not isinstance(distance, int) or isinstance(distance, bool) or not 0 <= distance < len(source_sentences):
-            raise DataError(
-                f"{where}: 'ctx_dist' {distance!r} is not a distance within its {len(source_sentences)} sentences")
+        if not isinstance(distance, int) or isinstance(distance, bool) or distance < 0:
+            raise DataError(f"{where}: 'ctx_dist' {distance!r} is not a distance (sentences back, 0 or more)")
+        categories = example.get("categories", {})
+        if not isinstance(categories, dict) or not all(isinstance(axis, str) and isinstance(value, str)
+                                                       for axis, value in categories.items()):
+            raise DataError(f"{where}: 'categories' must map each axis to a value, both strings")
 
 
 def distinct_candidates(example: dict) -> Tuple[List[str], int]:

@@ -9,8 +9,11 @@ training criterion was. The example counts as correct when the true candidate ha
 lowest loss (ties count as wrong). The model sees as much context as it was trained with
 (the last ``--context-size`` + 1 sentences of each side).
 
-Accuracy is reported per phenomenon (one JSON file each) and per ``ctx_dist``, beside the
-random baseline of the same file: the mean over examples of 1 / number of distinct candidates.
+Accuracy is reported per phenomenon (one JSON file each), per ``ctx_dist`` and, for sets whose
+examples name ``categories`` (ContraPro's pronoun, antecedent distance in Müller et al.'s buckets
+0, 1, 2, 3, >3 and intrasegmental; Bawden et al.'s types: :mod:`rfa_doc_mt.data.contrastive_formats`),
+per category of each axis, beside the random baseline of the same file: the mean over examples
+of 1 / number of distinct candidates.
 Each phenomenon's report also lists every counted example's outcome (``correct``: 1 right, 0
 wrong, in file order): two systems scored on the same sets are compared example by example
 (``python -m rfa_doc_mt.scoring.compare``).
@@ -42,18 +45,21 @@ from ..data.windows import current_sentence_mask, join_window
 
 
 def accuracy_report(examples: Sequence[dict], losses: Sequence[Sequence[float]]) -> dict:
-    """Accuracy overall and per ``ctx_dist``, with the random baseline, from candidate losses.
+    """Accuracy overall, per ``ctx_dist`` and, where examples name ``categories``, per category
+    of each axis (``by_category``: {axis: {value: examples, accuracy}}), with the random
+    baseline, from candidate losses.
 
     Identical candidates are one candidate (they get identical losses): an example is right when
     the true text has the lowest loss of its distinct texts, whichever of its copies
     ``true_ind`` names. An example with a single distinct text is skipped (``skipped``).
     ``correct``: the outcome of every counted example, in order (1 right, 0 wrong), ``distances``
-    its ``ctx_dist`` (-1 where the set gives none); ``groups``,
-    where the examples name one (``group``: the mirrored pairs of the synthetic sets), the group of
-    each counted example, in the same order: the unit a significance test resamples."""
+    its ``ctx_dist`` (-1 where the set gives none); ``groups``, where the examples name one
+    (``group``: the mirrored pairs of the synthetic sets, the blocks of Bawden et al.'s), the
+    group of each counted example, in the same order: the unit a significance test resamples."""
     if len(examples) != len(losses):
         raise ValueError(f"{len(examples)} examples but {len(losses)} loss lists")
     correct_by_distance: Dict[int, List[int]] = defaultdict(list)
+    correct_by_category: Dict[str, Dict[str, List[int]]] = defaultdict(lambda: defaultdict(list))
     correct, random_baseline, groups, distances = [], [], [], []
     repeating = skipped = 0
     for example, candidate_losses in zip(examples, losses):
@@ -76,10 +82,17 @@ def accuracy_report(examples: Sequence[dict], losses: Sequence[Sequence[float]])
         groups.append(example.get("group"))
         distances.append(int(example.get("ctx_dist", -1)))
         correct_by_distance[distances[-1]].append(hit)
+        for axis, value in example.get("categories", {}).items():
+            correct_by_category[axis][value].append(hit)
         random_baseline.append(1.0 / len(texts))
     if not correct:
         raise DataError(f"none of its {len(examples)} examples has two distinct candidates")
-    grouped = {"groups": groups} if all(group is not None for group in groups) else {}
+    optional = {"groups": groups} if all(group is not None for group in groups) else {}
+    if correct_by_category:
+        optional["by_category"] = {
+            axis: {value: {"examples": len(hits), "accuracy": 100.0 * sum(hits) / len(hits)}
+                   for value, hits in sorted(values.items())}
+            for axis, values in correct_by_category.items()}
     return {
         "examples": len(correct),
         "accuracy": 100.0 * sum(correct) / len(correct),
@@ -90,7 +103,7 @@ def accuracy_report(examples: Sequence[dict], losses: Sequence[Sequence[float]])
         "skipped": skipped,
         "correct": correct,
         "distances": distances,
-        **grouped,
+        **optional,
     }
 
 
@@ -180,6 +193,10 @@ def format_table(reports: Dict[str, dict]) -> str:
         distances = " ".join(f"{d}:{r['accuracy']:.1f}" for d, r in report.get("by_ctx_dist", {}).items())
         lines.append(f"| {name} | {report['examples']} | {report['accuracy']:.1f} | {report['random']:.1f} "
                      f"| {distances} |")
+    for name, report in reports.items():
+        for axis, values in report.get("by_category", {}).items():
+            lines.append(f"{name} by {axis}: " + ", ".join(f"{value} {r['accuracy']:.1f} ({r['examples']})"
+                                                           for value, r in values.items()))
     for name, report in reports.items():
         if report.get("repeated_candidates"):
             lines.append(f"{name}: {report['repeated_candidates']} examples repeat a candidate (copies scored once)")
