@@ -63,3 +63,44 @@ def test_costs_are_read_from_the_runs_files(tmp_path):
     assert speed["tokens_per_second"] == pytest.approx(52472 / 91.2)
     assert speed["sentences_per_second"] == pytest.approx(456 / 91.2)
     assert decoding_speed(str(tmp_path / "none")) is None and seconds_per_update(str(tmp_path / "none")) is None
+
+
+def test_each_row_is_compared_with_the_transformer_of_its_l_and_seed(tmp_path):
+    """s-BLEU and accuracy 8-14 sentences back against the transformer of the same L and seed (the
+    memory model: the transformer at L = 15), through the compare command's path."""
+    from types import SimpleNamespace
+
+    from rfa_doc_mt.reproduce.context_length import against_transformer
+    from rfa_doc_mt.reproduce.papers import System
+
+    references = [f"w{i} a{i} b{i} c{i}" for i in range(20)]
+
+    def run(name, wrong, correct_far):
+        """A run whose hypotheses miss ``wrong`` sentences and which gets ``correct_far`` of the 8
+        examples 12 sentences back right (the 4 examples 1 back: always right)."""
+        system = System(name, f"configs/context/{name}.sh")
+        directory = tmp_path / system.key
+        directory.mkdir()
+        (directory / "test.ref").write_text("\n".join(references) + "\n")
+        (directory / "test.hyp").write_text("\n".join("x y z u" if i < wrong else r for i, r in enumerate(references))
+                                            + "\n")
+        (directory / "test.docs").write_text("10\td0\n10\td1\n")
+        correct = [1] * 4 + [1] * correct_far + [0] * (8 - correct_far)
+        (directory / "consistency.json").write_text(json.dumps(
+            {"deixis": {"correct": correct, "distances": [1] * 4 + [12] * 8, "groups": [k // 2 for k in range(12)]},
+             "pooled": {}}))
+        return system
+
+    systems = [("transformer_L15", run("t15", 0, 6)), ("transformer_L15_seed2", run("t15s2", 0, 8)),
+               ("transformer_L4", run("t4", 0, 4)), ("rfa_sgate_L15", run("r15", 10, 2)),
+               ("rfa_sgate_L15_seed2", run("r15s2", 0, 8)), ("lsh_L8", run("lsh8", 0, 4)), ("memory", run("m", 0, 4))]
+    context = SimpleNamespace(systems=systems, runs=str(tmp_path))
+    compared = against_transformer(context, ["deixis"])
+    assert sorted(compared) == ["memory", "rfa_sgate_L15", "rfa_sgate_L15_seed2"]  # lsh_L8: no transformer L = 8
+    first, second = compared["rfa_sgate_L15"], compared["rfa_sgate_L15_seed2"]
+    assert first["baseline_row"] == "transformer_L15" and second["baseline_row"] == "transformer_L15_seed2"
+    assert first["far"]["difference"] == pytest.approx(100 * (2 - 6) / 8) and first["far"]["units"] == 4
+    assert first["s_bleu"]["difference"] < 0 and second["s_bleu"]["difference"] == 0.0
+    assert second["far"]["difference"] == 0.0 and second["far"]["p_value"] == 1.0
+    assert compared["memory"]["baseline_row"] == "transformer_L15" and compared["memory"]["L"] == "document"
+    assert against_transformer(context, []) == {}

@@ -15,6 +15,7 @@ from .tables import (
     convergence_cells,
     convergence_json,
     fmt,
+    fmt_comparison,
     markdown,
     read_json,
     updates_cell,
@@ -155,6 +156,11 @@ def table_context_length(context) -> Tuple[str, list]:
         json_rows.append({"row": row_id, "system": system.label, "config": system.config, "L": window, "seed": seed,
                           "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"], **updates_json(result),
                           "accuracy_by_distance": pooled, "accuracy_by_phenomenon": per_phenomenon, **cost})
+    against = against_transformer(context, learned)
+    if against:
+        json_by_row = {row["row"]: row for row in json_rows}
+        for row_id, compared in against.items():
+            json_by_row[row_id]["against_transformer"] = compared
     bucket_headers = [f"acc. {n}" for n in names]
     trained_header = CONVERGENCE_HEADER if context.converged else ["updates"]
     table = markdown(["system", "L", "seed", *trained_header, "s-BLEU", "d-BLEU"] + bucket_headers
@@ -178,9 +184,52 @@ def table_context_length(context) -> Tuple[str, list]:
         "batch): a window of L sentences generates all L to keep its last, so both fall with L. BLEU: the "
         "long-range test split, 12 documents (466 sentences), the same for every system.")
     context.notes.append("Per phenomenon (accuracy per distance bucket):\n\n" + detail)
+    if against:
+        labels = {row_id: system.label.rsplit(" L=", 1)[0] for row_id, system in context.systems}
+        rows_against = [[labels[row_id], compared["L"], str(compared["seed"]),
+                         *fmt_comparison(compared["s_bleu"]), *fmt_comparison(compared["far"], 1)]
+                        for row_id, compared in against.items()]
+        far = next(iter(against.values()))["far"]
+        context.notes.append(
+            f"Against the transformer of the same L and seed (the memory model: against the transformer at L = 15 "
+            f"of its seed; difference = system − transformer, its 95% interval, p): s-BLEU on the test split "
+            f"(sacrebleu's paired bootstrap), and accuracy {FAR_BUCKET[0]}-{FAR_BUCKET[1]} sentences back over the "
+            f"learned phenomena ({far['units']} {far['unit_name']}, a paired bootstrap; `python -m "
+            f"rfa_doc_mt.scoring.compare --distances {FAR_BUCKET[0]}-{FAR_BUCKET[1]} --phenomena ...`):\n\n" +
+            markdown(["system", "L", "seed", "Δ s-BLEU [95% interval]", "p",
+                      f"Δ acc. {FAR_BUCKET[0]}-{FAR_BUCKET[1]} [95% interval]", "p"], rows_against))
     context.plot = context_length_plot(context.systems, json_rows, names, context.png_path)
     context.extra["learned_phenomena"] = learned
     return table, json_rows
+
+
+FAR_BUCKET = BUCKETS[-1]  # 8-14 sentences back: what only the longest windows and the memory can see
+
+
+def against_transformer(context, learned: Sequence[str]) -> Dict[str, dict]:
+    """Each row against the transformer of its L and seed (the memory model against the transformer
+    at L = 15 of its seed), as the compare command compares two runs: s-BLEU and the accuracy
+    FAR_BUCKET sentences back over the ``learned`` phenomena. {row id: comparisons as JSON};
+    empty where the transformer's rows or the runs are not there."""
+    from ..scoring.compare import compare_runs
+
+    rows = dict(context.systems)
+    compared = {}
+    if not learned or not getattr(context, "runs", None):
+        return compared
+    for row_id, system in context.systems:
+        base_row, seed = row_seed(row_id)
+        if base_row.startswith("transformer_"):
+            continue
+        window = base_row.rsplit("_L", 1)[1] if "_L" in base_row else "15"
+        baseline = f"transformer_L{window}" + (f"_seed{seed}" if seed > 1 else "")
+        if baseline not in rows:
+            continue
+        comparisons = compare_runs(os.path.join(context.runs, rows[baseline].key),
+                                   os.path.join(context.runs, system.key), phenomena=learned, distances=FAR_BUCKET)
+        compared[row_id] = {"baseline_row": baseline, "L": window if "_L" in base_row else "document", "seed": seed,
+                            "s_bleu": comparisons[0].as_dict(), "far": comparisons[-1].as_dict()}
+    return compared
 
 
 def pooled_examples(consistency: dict, phenomena: Sequence[str], bucket: Tuple[int, int]) -> int:
