@@ -9,6 +9,7 @@
 #   valid        decode and score the validation split (OUT_DIR/valid.hyp, valid.bleu.json, ...)
 #   test         decode and score the test split
 #   consistency  contrastive consistency (when DATA_DIR has contrastive sets)
+#   attention    where the cross attention looks (OUT_DIR/attention.json: rfa_doc_mt.scoring.attention)
 # Other options: those of `fairseq-train --user-dir rfa_doc_mt --task doc_translation` (after OUT_DIR),
 # for the training.
 set -euo pipefail
@@ -22,7 +23,8 @@ log "$name: train"
 "$ROOT/scripts/train.sh" "$config" "$data" "$out" "$@"
 evaluate=${EVALUATE-test consistency}
 for step in $evaluate; do
-  case "$step" in valid|test|consistency) ;; *) die "EVALUATE: valid, test and/or consistency, got '$evaluate'" ;; esac
+  case "$step" in valid|test|consistency|attention) ;;
+    *) die "EVALUATE: valid, test, consistency and/or attention, got '$evaluate'" ;; esac
 done
 for split in valid test; do
   [[ " $evaluate " == *" $split "* ]] || continue
@@ -42,4 +44,11 @@ if [[ " $evaluate " == *" consistency "* ]] && [ -d "$data/consistency" ] && { [
   "$PYTHON" -m rfa_doc_mt.scoring.consistency --path "$out/checkpoint_best.pt" --data "$data" \
     --sets "$data/consistency" --json "$out/consistency.json" > "$out/consistency.log" 2>&1 \
     || { tail -20 "$out/consistency.log" >&2; die "consistency scoring failed; see $out/consistency.log"; }
+fi
+if [[ " $evaluate " == *" attention "* ]] && { [ ! -f "$out/attention.json" ] \
+    || [ "$out/checkpoint_best.pt" -nt "$out/attention.json" ]; }; then
+  log "$name: where the cross attention looks"
+  "$PYTHON" -m rfa_doc_mt.scoring.attention --path "$out/checkpoint_best.pt" --data "$data" \
+    --json "$out/attention.json" > "$out/attention.log" 2>&1 \
+    || { tail -20 "$out/attention.log" >&2; die "reading the cross attention failed; see $out/attention.log"; }
 fi

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ["rfa_table1", "rfa_figure3", "rfa_figure4", "lsh_table2", "memory_table1", "lstm", "context_length"]
+DIAGNOSIS = ["rfa_diagnosis", "rfa_diagnosis_long"]  # not part of `all`
 
 
 def reproduce(name, *args):
@@ -43,10 +44,11 @@ def rows_of(out, name):
 
 
 def test_every_script_exists_and_is_executable():
-    for name in SCRIPTS + ["all"]:
+    for name in SCRIPTS + DIAGNOSIS + ["all"]:
         path = os.path.join(ROOT, "scripts", f"reproduce_{name}.sh")
         assert os.access(path, os.X_OK), path
-    assert sorted(EXPERIMENTS) == sorted(SCRIPTS)
+    assert sorted(EXPERIMENTS) == sorted(SCRIPTS + DIAGNOSIS)
+    assert [name for name, experiment in EXPERIMENTS.items() if not experiment.in_all] == DIAGNOSIS
 
 
 def started_keys(stderr):
@@ -61,7 +63,7 @@ def test_all_trains_each_system_once_and_writes_every_table(smoke_all):
     # memory model is the L=1 transformer's run (the same config and arguments), linked
     table1 = json.loads((out / "rfa_table1.json").read_text())
     expected = {system.key for system in systems_to_train(
-        row for experiment in EXPERIMENTS.values() if not experiment.searches
+        row for experiment in EXPERIMENTS.values() if not experiment.searches and experiment.in_all
         for row in experiment.rows("embedded", smoke=True))}
     expected |= {r["run"] for r in table1["search"]} | {f["run"] for r in table1["rows"] for f in r["seeds"]}
     linked = out / "runs" / "demo-transformer_L1-memory_stage1"
@@ -223,6 +225,29 @@ def test_context_length_table(smoke_all):
     text = (out / "context_length.md").read_text()
     assert "| acc. 8-14 |" in text and "Per phenomenon" in text and "466 sentences" in text
     assert (out / "context_length.png").stat().st_size > 0
+
+
+def test_the_diagnosis_trains_a_fixed_budget_validated_on_bleu_and_reads_the_cross_attention(smoke_all):
+    """The diagnosis of RFA's slow learning (not part of `all`): its smoke rows, in the smoke
+    reproduction's folder (its corpora are there), trained a fixed budget validated on s-BLEU,
+    their curves and where their cross attention looks."""
+    out, done = smoke_all
+    assert "diagnosis-" not in done.stderr  # `all` trains none of it
+    for name, rows in (("rfa_diagnosis", ["rfa", "rfa_causal"]), ("rfa_diagnosis_long", ["rfa_cross"])):
+        completed = reproduce(name, "--smoke", "--out", str(out), "--jobs", "2")
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        data = json.loads((out / f"{name}.json").read_text())
+        assert [row["row"] for row in data["rows"]] == rows
+        for row in data["rows"]:
+            assert [u for u, _ in row["valid_bleu_curve"]] == [2, 4]  # every 2 updates for a fixed 4
+            assert row["convergence"]["last_update"] == 4 and not row["convergence"]["stopped_early"]
+            share = row["cross_attention_on_current_sentence"]
+            assert share["windows"] >= 1 and len(share["per_layer"]) == 2 and 0 < share["uniform"] < 1
+        text = (out / f"{name}.md").read_text()
+        assert "| valid 2 | valid 4 | best valid | selected at |" in text and "Fixed budget" in text
+        assert (out / f"{name}_curves.png").stat().st_size > 0
+    options = {row["row"]: row["options"] for row in data["rows"]}
+    assert options == {"rfa_cross": ["--rfa-attention", "cross"]}
 
 
 def test_each_script_resumes_and_prints_its_table(smoke_all):

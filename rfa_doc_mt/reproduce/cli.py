@@ -22,6 +22,7 @@ from .papers import (
     FULL_BUDGET,
     ROOT,
     SMOKE_BATCH_ARGS,
+    SMOKE_BLEU_BUDGET,
     SMOKE_CONVERGENCE,
     SMOKE_SEEDS,
     SMOKE_TRAIN_ARGS,
@@ -150,6 +151,14 @@ def gpu_count() -> int:
     return int(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip().isdigit() else 0
 
 
+def bleu_budget(args, experiments: List[Experiment]):
+    """Without --converge: the fixed budget validated on s-BLEU of experiments that have one (the
+    diagnosis; a smoke run's own), else None (the fixed budget validated on loss)."""
+    if not experiments or any(e.bleu_budget is None for e in experiments):
+        return None
+    return SMOKE_BLEU_BUDGET if args.smoke else experiments[0].bleu_budget
+
+
 def group_convergence(args, experiments: List[Experiment]):
     """The convergence budget of experiments that share a corpus (and so their runs): the first
     one's that has its own (else the default; a smoke run's own), with the command line's changes."""
@@ -222,7 +231,8 @@ def main(argv=None) -> int:
         parser.error("--jobs must be at least 1")
     if args.seeds is not None and args.corpus != EMBEDDED:
         parser.error("--seeds goes with the embedded corpus (a real corpus trains each paper config once)")
-    experiments = list(EXPERIMENTS.values()) if args.experiment == "all" else [EXPERIMENTS[args.experiment]]
+    experiments = [e for e in EXPERIMENTS.values() if e.in_all] if args.experiment == "all" else \
+        [EXPERIMENTS[args.experiment]]
     if args.experiment == "all" and args.corpus != EMBEDDED:
         parser.error("`all` runs on the embedded corpus; run each experiment with its own --corpus and --data")
     if args.corpus != EMBEDDED and not args.data:
@@ -256,7 +266,7 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
     plan = [(experiment, experiment.rows(args.corpus, args.smoke, args.converge)) for experiment in experiments]
     # experiments on one corpus share runs: they validate as often as the one that asks most
     args.validations = max(experiment.validations for experiment in experiments)
-    args.convergence = group_convergence(args, experiments) if args.converge else None
+    args.convergence = group_convergence(args, experiments) if args.converge else bleu_budget(args, experiments)
     runs = os.path.join(out, "runs")
     searching = [(experiment, rows) for experiment, rows in plan if experiment.searches and args.corpus == EMBEDDED]
     # a smoke run's extra seed: for the L = 1 rows only, unless --seeds says otherwise
@@ -356,7 +366,7 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
                                          f"{experiment.title}: validation loss")
         if rows:
             context.notes.append(budget_note(args, results))
-        if args.convergence is not None and not args.smoke:
+        if args.converge and not args.smoke:
             curves = {key: result["convergence"]["curve"] for key, result in results.items()
                       if result.get("convergence")}
             note, rules = stopping_rules_note(curves, args.convergence)

@@ -6,11 +6,14 @@ from typing import Dict, List, Optional, Tuple
 from ..data.io import DataError
 from .context_length import table_context_length
 from .convergence import NO_EPOCH_END, convergence_train_args
+from .diagnosis import table_rfa_diagnosis
 from .papers import (
     CONTEXT_LENGTH_BUDGET,
     CONTEXT_LENGTH_CONVERGENCE,
     CONTEXT_LENGTH_VALIDATIONS,
     DEFAULT_CONVERGENCE,
+    DIAGNOSIS_BUDGET,
+    DIAGNOSIS_LONG_BUDGET,
     EMBEDDED,
     FULL_BUDGET,
     LSH_ATTENTIONS,
@@ -133,6 +136,29 @@ def context_length_systems() -> List[Tuple[str, System]]:
     return rows
 
 
+# The diagnosis of RFA's slow learning (docs/models.md): RFA with each of its attentions alone (the
+# other softmax), more random features, the other feature map and τ fixed, beside the transformer
+# and RFA, at Table 1's L = 4 (RFA without a gate, as Table 1's RFA row) and at L = 15 on the
+# long-range corpus (RFA-sgate, as the context-length experiment's)
+DIAGNOSIS_VARIANTS = (
+    ("rfa_causal", "RFA in causal attention only", ("--rfa-attention", "causal")),
+    ("rfa_cross", "RFA in cross attention only", ("--rfa-attention", "cross")),
+    ("rfa_cross_features", "RFA, 4 x the cross projections", ("--rfa-cross-proj-dim", "256")),
+    ("rfa_positive", "RFA, positive features", ("--rfa-feature-map", "positive")),
+    ("rfa_fixed_tau", "RFA, τ fixed at 1", ("--rfa-fixed-tau",)),
+)
+
+
+def diagnosis_systems(transformer: System, rfa: System, prefix: str) -> List[Tuple[str, System]]:
+    """The diagnosis's rows: runs of their own (``prefix``-row), never a table's run of the same config
+    at another budget."""
+    rows = [(row_id, System(system.label, system.config, name=f"{prefix}-{row_id}"))
+            for row_id, system in (("transformer", transformer), ("rfa", rfa))]
+    for row_id, label, options in DIAGNOSIS_VARIANTS:
+        rows.append((row_id, System(label, rfa.config, name=f"{prefix}-{row_id}", overrides=options)))
+    return rows
+
+
 EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
     Experiment("rfa_table1", "Wu et al. 2022, Table 1: BLEU at L = 1 and L = 4", "Wu et al. 2022",
                {EMBEDDED: rfa_table1_systems(None), "iwslt15": rfa_table1_systems("iwslt"),
@@ -169,6 +195,19 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                convergence=CONTEXT_LENGTH_CONVERGENCE,
                converged_rows=None,
                converged_seeds={row: 2 for row, _ in context_length_systems() if row.endswith("_L15")}),
+    Experiment("rfa_diagnosis", "Why RFA learns slowly: its attentions, features and τ at L = 4", "Wu et al. 2022",
+               {EMBEDDED: diagnosis_systems(demo("transformer_L4", "Transformer"), demo("rfa_L4", "RFA"),
+                                            "diagnosis")},
+               False, table_rfa_diagnosis, evaluates=("test", "attention"), budget=DIAGNOSIS_BUDGET.cap,
+               bleu_budget=DIAGNOSIS_BUDGET, in_all=False, smoke_rows=("rfa", "rfa_causal")),
+    Experiment("rfa_diagnosis_long", "Why RFA learns slowly: its attentions, features and τ at L = 15 on the "
+               "long-range corpus", "Wu et al. 2022",
+               {EMBEDDED: diagnosis_systems(System("Transformer", "configs/context/transformer_L15.sh"),
+                                            System("RFA-sgate", "configs/context/rfa_sgate_L15.sh"),
+                                            "diagnosis-long")},
+               False, table_rfa_diagnosis, evaluates=("test", "attention"), embedded_data="data-long-range",
+               budget=DIAGNOSIS_LONG_BUDGET.cap, bleu_budget=DIAGNOSIS_LONG_BUDGET, in_all=False,
+               smoke_rows=("rfa_cross",)),
 ]}
 for _experiment in EXPERIMENTS.values():
     _experiment.script = f"scripts/reproduce_{_experiment.name}.sh"
@@ -218,6 +257,11 @@ def embedded_train_args(system: System, budget: int, validations: int = VALIDATI
 
 def budget_note(args, results: dict) -> str:
     convergence = getattr(args, "convergence", None)
+    if convergence is not None and convergence.fixed and not args.converge:
+        smoke = " (a smoke run: its tiny corpus and budget test the machinery only)" if args.smoke else ""
+        return (f"Fixed budget{smoke}: every run {convergence.describe()}; updates of up to 4096 tokens. The "
+                "table's 'selected at' is the update of the checkpoint kept. Learning curves (validation s-BLEU): "
+                "the PNG beside this table.")
     if convergence is not None and args.corpus == EMBEDDED:
         smoke = " (a smoke run: its tiny corpus and caps test the machinery only)" if args.smoke else ""
         return (f"Convergence budget{smoke}: every run {convergence.describe()} (a fine-tuned memory model: "

@@ -139,14 +139,15 @@ def config_problems(systems: Sequence[System]) -> List[str]:
 
 # What run_system.sh can do after the training (its EVALUATE): decode and score the validation
 # split, the test split, score the contrastive sets
-EVALUATIONS = ("valid", "test", "consistency")
+EVALUATIONS = ("valid", "test", "consistency", "attention")
 FULL_EVALUATION = ("test", "consistency")
 
 
 def finished(run_dir: str, evaluate: Sequence[str], scoring_consistency: bool) -> bool:
     """Whether a run has finished its training (train.sh's train.done) and has what ``evaluate``
     asks of it (consistency only where the corpus has contrastive sets)."""
-    outputs = {"valid": "valid.bleu.json", "test": "test.bleu.json", "consistency": "consistency.json"}
+    outputs = {"valid": "valid.bleu.json", "test": "test.bleu.json", "consistency": "consistency.json",
+               "attention": "attention.json"}
     return os.path.isfile(os.path.join(run_dir, "train.done")) and \
         all(os.path.isfile(os.path.join(run_dir, outputs[step])) for step in evaluate
             if step != "consistency" or scoring_consistency)
