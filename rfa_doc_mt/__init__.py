@@ -6,6 +6,9 @@ Some command-line tools need no fairseq registration: ``python -m rfa_doc_mt.gen
 and ``python -m rfa_doc_mt.scoring.bleu``, which every decode runs once, and
 ``python -m rfa_doc_mt.reproduce``, which runs the others. Started that way, the package skips
 the registration (3-4 s of imports each time); every other use registers.
+
+``rfa_doc_mt.Translator`` (:class:`rfa_doc_mt.generation.translate.Translator`: translation from
+Python) is imported on first use, so that the light tools above never import it.
 """
 
 import sys
@@ -43,3 +46,19 @@ if _module not in LIGHT_TOOLS:
     from . import compat  # noqa: F401  (first: adapts fairseq to this torch before anything loads)
     from . import tasks, models, optim  # noqa: F401
     # isort: on
+
+
+# public names of submodules, imported on first use (PEP 562): {name: module}
+LAZY_ATTRIBUTES = {"Translator": "rfa_doc_mt.generation.translate"}
+
+
+def __getattr__(name):
+    if name in LAZY_ATTRIBUTES:
+        import importlib
+
+        return getattr(importlib.import_module(LAZY_ATTRIBUTES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(LAZY_ATTRIBUTES))

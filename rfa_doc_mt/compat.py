@@ -1,6 +1,6 @@
 """The one place that adapts fairseq 0.12.3.1 (``fairseq-fixed``) to the torch it runs on.
 
-Five adaptations, all small:
+Six adaptations, all small:
 
 1. Checkpoint loading: torch >= 2.6 defaults ``torch.load`` to ``weights_only=True``, which
 refuses fairseq checkpoints (they pickle argparse/omegaconf configs). fairseq's
@@ -36,6 +36,11 @@ checkpoint is a pickle: load only checkpoints you trust, as with any fairseq rel
 5. Start-up: fairseq's import pulls in scikit-learn and scipy.stats for two modules no run
    here calls (``deferred_imports``); where this module is imported before fairseq (this
    project's own commands), they are imported on first use instead.
+
+6. Warnings no user can act on: fairseq's own code, run on torch 2.13 and hydra 1.3, warns in
+   every training run of things only fairseq's code could change. Each is silenced here by its
+   message (and, where it has one, the module it is issued from), so no other warning is lost:
+   ``FAIRSEQ_WARNINGS`` lists them with where each comes from.
 """
 
 import functools
@@ -43,6 +48,7 @@ import inspect
 import os
 import socket
 import types
+import warnings
 
 import numpy as np
 import torch
@@ -170,3 +176,36 @@ class CPUDistributedDataParallel(DistributedDataParallel):
 
 
 distributed_fairseq_model.DistributedDataParallel = CPUDistributedDataParallel
+
+
+# (category, message regex, regex of the module it is issued from or "" for any), each with where it
+# comes from. The hydra deprecations (the last six) come from fairseq's conversion of its options
+# into a hydra config (fairseq.dataclass.utils.convert_namespace_to_omegaconf, which calls hydra's
+# experimental initialize/compose with fairseq's old-style config files), in every process that
+# parses fairseq options; the others from every training process and worker.
+FAIRSEQ_WARNINGS = (
+    # fairseq's FairseqTask.train_step enters torch.cuda.amp.autocast(enabled=...) at every step
+    (FutureWarning, r"`torch\.cuda\.amp\.autocast\(args\.\.\.\)` is deprecated", r"fairseq\.tasks\.fairseq_task"),
+    # fairseq's TransformerDecoder passes a float future mask (-inf above the diagonal) with a bool
+    # padding mask to its self-attention, which hands both to torch's multi_head_attention_forward
+    # (this plugin's own attentions take one kind of mask, or none)
+    (UserWarning, r"Support for mismatched key_padding_mask and attn_mask is deprecated", r"torch\.nn\.functional"),
+    # fairseq's EpochBatchIterator builds its DataLoader with pin_memory=True, also without a GPU
+    (UserWarning, r"'pin_memory' argument is set as true but no accelerator is found", r"torch\.utils\.data"),
+    (UserWarning, r"hydra\.experimental\.initialize\(\) is no longer experimental", r"hydra\."),
+    (UserWarning, r"hydra\.experimental\.compose\(\) is no longer experimental", r"hydra\."),
+    (UserWarning, r"\s*The version_base parameter is not specified", r"hydra\."),
+    (UserWarning, r"\s*The strict flag in the compose API is deprecated", r"hydra\."),
+    (UserWarning, r"In 'config': Usage of deprecated keyword in package header '# @package _group_'", r"hydra\."),
+    # attributed to whichever frame called compose() (stacklevel), hence any module
+    (UserWarning, r"\s*'config' is validated against ConfigStore schema with the same name", ""),
+)
+
+
+def silence_fairseq_warnings() -> None:
+    """Ignore each of ``FAIRSEQ_WARNINGS`` (a warnings filter apiece, added once)."""
+    for category, message, module in FAIRSEQ_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
+
+
+silence_fairseq_warnings()

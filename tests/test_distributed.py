@@ -16,9 +16,12 @@ sentence) for the recurrent-memory model (a spy on the task's ``train_step``, te
 import hashlib
 import json
 import logging
+import math
 import os
+import re
 import socket
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -90,6 +93,7 @@ class Recorder:
         # (update, dummy, rows) per train_step call; rows: (document, sentence) in document-ordered
         # batches, else window ids
         self.steps = []
+        self.losses = []  # (update, summed loss, sample size) per train_step call of a real batch
         self.memory_warnings = []
 
     def forward_hook(self, module, inputs, output):
@@ -124,7 +128,7 @@ class Recorder:
         return {"params": {name: value.detach().clone() for name, value in self.model.state_dict().items()},
                 "initial": self.initial,
                 "random_matrices": self.random_matrices, "lsh": self.lsh, "steps": self.steps,
-                "memory_warnings": self.memory_warnings}
+                "losses": self.losses, "memory_warnings": self.memory_warnings}
 
 
 def train(argv):
@@ -145,7 +149,11 @@ def train(argv):
 
     def spy_train_step(task, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         recorder.record_step(sample, update_num, ignore_grad)
-        return fairseq_train_step(task, sample, model, criterion, optimizer, update_num, ignore_grad)
+        loss, sample_size, logging_output = fairseq_train_step(task, sample, model, criterion, optimizer, update_num,
+                                                               ignore_grad)
+        if not ignore_grad:  # a dummy batch (a worker out of batches): the trainer drops its figures
+            recorder.losses.append((update_num, float(logging_output["loss"]), float(logging_output["sample_size"])))
+        return loss, sample_size, logging_output
 
     class WarningList(logging.Handler):
         def emit(self, record):
@@ -291,6 +299,62 @@ def test_train_script_spawns_two_cpu_workers(corpus, tmp_path):
     distributed = state["cfg"]["distributed_training"]
     assert (distributed["distributed_world_size"], distributed["distributed_backend"]) == (2, "gloo")
     assert state["optimizer_history"][-1]["num_updates"] == 2
+
+
+# ---- two machines -------------------------------------------------------------------------------
+
+
+TRAIN_INNER_LOSS = re.compile(r"\| train_inner \| epoch \d+: +\d+ / \d+ loss=([\d.]+),.* num_updates=(\d+),")
+
+
+def per_update_losses(results):
+    """{update: loss} as fairseq-train logs it (train_inner, --log-interval 1: the criterion's loss
+    summed over the workers' batches, over their summed sample size, in bits, to 3 decimals)."""
+    totals = {}
+    for result in results:
+        for update, loss, sample_size in result["losses"]:
+            summed = totals.setdefault(update + 1, [0.0, 0.0])  # train_step's update_num counts from 0
+            summed[0] += loss
+            summed[1] += sample_size
+    return {update: round(loss / sample_size / math.log(2), 3) for update, (loss, sample_size) in totals.items()}
+
+
+def test_two_machines_train_as_one_machine_with_two_workers(corpus, two_workers, tmp_path):
+    """docs/training.md's recipe for several machines, on this one: two torchrun "nodes" (node ranks
+    0 and 1, --nnodes 2, one CPU worker each, gloo over 127.0.0.1) start fairseq-train, which
+    reads torchrun's environment (compat.py on CPU; fairseq's _infer_torch_distributed_launch_init
+    on GPUs). They log the losses of the single-machine two-worker run of the same training
+    (two_workers: ranks 0 and 1 of one machine) and end with its parameters, bit for bit."""
+    family = "doc_transformer"
+    port, save_dir = free_port(), tmp_path / "run"
+    fairseq_train = os.path.join(os.path.dirname(sys.executable), "fairseq-train")
+    argv = training_args(corpus, family, str(save_dir), "--max-update", str(updates(family)),
+                         "--distributed-world-size", "2")
+    # python -m torch.distributed.run is torchrun (its console script may name another interpreter)
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(rank),
+                               "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                               fairseq_train, *argv],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=dict(os.environ, OMP_NUM_THREADS="1"))
+             for rank in range(2)]
+    try:
+        outputs = [node.communicate(timeout=600)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    for rank, (node, output) in enumerate(zip(nodes, outputs)):
+        assert node.returncode == 0, f"node {rank}:\n{output[-3000:]}"
+    assert "distributed init (rank 0): env://" in outputs[0] and "distributed init (rank 1): env://" in outputs[1]
+    logged = {int(update): float(loss) for loss, update in TRAIN_INNER_LOSS.findall(outputs[0])}
+    expected = per_update_losses(two_workers[run_name(family)])
+    print(f"[distributed] two machines: losses {logged}; one machine, two workers: {expected}")
+    assert sorted(logged) == list(range(1, updates(family) + 1)) and logged == expected
+    state = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["cfg"]["distributed_training"]["distributed_world_size"] == 2
+    single_machine = two_workers[run_name(family)][0]["params"]
+    assert state["model"].keys() == single_machine.keys()
+    for name, value in state["model"].items():  # the same batches, all-reduces and steps
+        assert torch.equal(value, single_machine[name]), name
 
 
 # ---- two workers --------------------------------------------------------------------------------

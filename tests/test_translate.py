@@ -194,20 +194,24 @@ def test_translate_refuses_bad_input_and_writes_nothing(text_corpus, trained, tm
 
 
 def test_long_sentences_are_translated_without_context_or_in_parts(text_corpus, trained, capsys, one_thread):
-    """Positions shrunk to 12: a window over them loses context, a sentence over them is cut;
-    every sentence still gets a translation, and the warnings name document and sentence."""
+    """Positions shrunk to 12: a window over them loses context (sentences 1 and 2: 11 and 7
+    tokens), a sentence over them is cut; every sentence still gets a translation, and the
+    warnings name document and sentence."""
     from rfa_doc_mt.data.text import TextDocument
     from rfa_doc_mt.generation.translate import Translator
 
     translator = Translator(str(trained["checkpoint"]), str(text_corpus["data"]), batch_size=8, cpu=True)
     translator.max_positions = (12, 12)
-    document = TextDocument("talk", ["The dog sees the tree.", "The red car finds the old book.",
+    document = TextDocument("talk", ["The dog sees the tree.", "The red car.",
                                      "The big house likes the river, the street, the city and the old dog!"])
     translations = translator.translate([document])
     err = capsys.readouterr().err
     assert len(translations) == 1 and len(translations[0]) == 3 and all(translations[0])
-    assert "document 'talk' (document 1), sentence 3 (line ?):" in err and "translated in 2 parts" in err
-    assert "document 'talk' (document 1), sentence 2: its window is over the model's 12 source positions" in err
+    assert err.splitlines() == [
+        "warning: document 'talk' (document 1), sentence 3 is longer than the model's 12 source positions (28 "
+        "tokens): translated in 3 parts, each without context, joined",
+        "warning: document 'talk' (document 1), sentence 2: translated with 1 context sentence fewer (its window is "
+        "over the model's 12 source positions)"]
 
 
 def test_encoding_is_fairseq_preprocess_binarization(text_corpus, trained, one_thread):

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import struct
 import subprocess
 import sys
 
@@ -282,6 +283,73 @@ def test_fairseq_options_for_whole_window_bleu_are_refused(corpus, tmp_path):
     with pytest.raises(ValueError, match="--eval-bleu-remove-bpe"):
         train([corpus, *COMMON, "--context-size", "1", "--max-update", "1", "--save-dir", str(tmp_path),
                *BLEU_ARGS, "--eval-bleu-remove-bpe"])
+
+
+# ---- TensorBoard ---------------------------------------------------------------------------------
+
+
+def event_scalars(directory):
+    """{tag: {step: value}} of the scalars in the TensorBoard event files of ``directory``. An event
+    file is a sequence of records (TFRecord): the length (8 bytes, little-endian), its CRC (4), an
+    ``Event`` protocol buffer (tensorboardX's own definition), its CRC (4)."""
+    from tensorboardX.proto import event_pb2
+
+    scalars = {}
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), "rb") as handle:
+            data = handle.read()
+        offset = 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset:offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+            offset += 12 + length + 4
+            for value in event.summary.value:
+                if value.HasField("simple_value"):
+                    scalars.setdefault(value.tag, {})[event.step] = value.simple_value
+    return scalars
+
+
+TRAIN_INNER = re.compile(r"\| train_inner \| epoch \d+: +\d+ / \d+ (.*)$")
+TRAIN_EPOCH = re.compile(r"\| train \| epoch \d+ \| (.*)$")
+# a Python warning as the warnings module prints it (file:line: SomeWarning: message), a logged
+# WARNING, fairseq's note on tensorboardX
+WARNING_LINE = re.compile(r"^\S+:\d+: \w*Warning: |\| WARNING \||Please install")
+
+
+def test_tensorboard_curves_are_written_and_training_prints_no_warning(corpus, tmp_path):
+    """``fairseq-train --tensorboard-logdir DIR`` as a user starts it (a fresh process, the plugin
+    imported first, as scripts/train.sh runs it): event files hold the training loss of every update,
+    the epoch's, and the validation loss and s-BLEU of every validation, as fairseq logged them; and
+    nothing in the run's output is a warning (fairseq's deprecated calls into torch and hydra,
+    silenced by compat.py), nor fairseq's request to install tensorboardX."""
+    logdir = tmp_path / "tensorboard"
+    done = subprocess.run(
+        [sys.executable, "-m", "rfa_doc_mt.fairseq_command", "fairseq-train", corpus, *COMMON, "--context-size", "1",
+         "--max-update", "2", "--save-dir", str(tmp_path / "run"), "--log-interval", "1",
+         "--tensorboard-logdir", str(logdir), *BLEU_ARGS],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        # started cold (not by the test session's warm-start server): what its imports print counts too
+        env=dict(os.environ, OMP_NUM_THREADS="1", RFA_DOC_MT_WARM_START=""))
+    lines = (done.stdout + done.stderr).splitlines()
+    assert done.returncode == 0, "\n".join(lines[-30:])
+    warned = [line for line in lines if WARNING_LINE.search(line)]
+    assert warned == [], "\n".join(warned)
+    assert sorted(os.listdir(logdir)) == ["train", "train_inner", "valid"]
+    # train_inner: "loss=9.56, nll_loss=9.561, ...", the epoch's: "loss 10.054 | ppl 1062.88 | ..."
+    steps = [dict(part.split("=") for part in match.group(1).split(", "))
+             for match in map(TRAIN_INNER.search, lines) if match]
+    (epoch,) = [dict(part.rsplit(" ", 1) for part in match.group(1).split(" | "))
+                for match in map(TRAIN_EPOCH.search, lines) if match]
+    assert [int(step["num_updates"]) for step in steps] == [1, 2]
+    curves = {kind: event_scalars(logdir / kind) for kind in ("train_inner", "train", "valid")}
+    assert curves["train_inner"]["loss"] == {int(step["num_updates"]): pytest.approx(float(step["loss"]), rel=1e-6)
+                                             for step in steps}
+    assert curves["train"]["loss"] == {2: pytest.approx(float(epoch["loss"]), rel=1e-6)}
+    valid = validations(lines, "valid")
+    assert sorted(valid) == [1, 2]
+    for name in ("loss", "bleu"):
+        assert curves["valid"][name] == {update: pytest.approx(figure[name], rel=1e-6)
+                                         for update, figure in valid.items()}, name
 
 
 # ---- consistency ---------------------------------------------------------------------------------

@@ -159,6 +159,12 @@ class DocumentWindowDataset(FairseqDataset):
                     f"{sizes[i]} tokens, over the limit of {limit} {side} positions set by {origin} "
                     f"({len(too_long)} windows in all); use a smaller --context-size or raise {option}")
 
+    def limit_context(self, first_allowed: np.ndarray) -> None:
+        """Start window i at sentence ``first_allowed[i]`` when its context reaches further back
+        (at its current sentence at the latest): fewer context sentences, never more."""
+        first = np.maximum(self.index.first_sentence, np.asarray(first_allowed, dtype=np.int64))
+        self._start_windows_at(np.minimum(first, self.index.current_sentence))
+
     def fit_source_positions(self, max_source_positions: int) -> List[Tuple[int, int]]:
         """Drop context sentences, the farthest first, from every window whose source exceeds
         ``max_source_positions`` tokens, until it fits (a sentence too long on its own stays:
@@ -176,13 +182,16 @@ class DocumentWindowDataset(FairseqDataset):
             changed.append((int(i), int(start - first[i])))
             first[i] = start
         if changed:
-            self.index = WindowIndex(first, self.index.current_sentence, self.index.document, self.index.position)
-            self.source_sizes = self._window_sizes(sizes)
-            self.target_sizes = (self._window_sizes(np.asarray(self.target.sizes))
-                                 if self.target is not None else None)
-            self.sizes = (np.vstack((self.source_sizes, self.target_sizes)).T
-                          if self.target is not None else self.source_sizes)
+            self._start_windows_at(first)
         return changed
+
+    def _start_windows_at(self, first: np.ndarray) -> None:
+        """The windows' first sentences set to ``first``, and their sizes with them."""
+        self.index = WindowIndex(first, self.index.current_sentence, self.index.document, self.index.position)
+        self.source_sizes = self._window_sizes(np.asarray(self.source.sizes))
+        self.target_sizes = self._window_sizes(np.asarray(self.target.sizes)) if self.target is not None else None
+        self.sizes = (np.vstack((self.source_sizes, self.target_sizes)).T
+                      if self.target is not None else self.source_sizes)
 
     def window_tokens(self, sentences, separator: int, i: int) -> torch.Tensor:
         first, current = self.index.first_sentence[i], self.index.current_sentence[i]

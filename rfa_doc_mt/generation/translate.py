@@ -20,19 +20,27 @@ corpus gives the hypotheses ``decode.sh`` gives for its test split.
 
 No sentence is dropped: a window longer than the model's source positions loses context
 sentences, the farthest first, until it fits; a sentence longer than the positions on its own is
-cut into parts that fit, translated one after the other and joined. Each case is warned about
-on standard error with its document and sentence.
+cut into parts that fit, each translated without context, and the translations joined (such a
+sentence is no context for the sentences after it either: a window's context is whole sentences).
+Each case is warned about on standard error with its document and sentence.
+
+From Python, :class:`Translator` (also ``from rfa_doc_mt import Translator``) loads a checkpoint
+and its corpus once and translates documents given as lists of sentences::
+
+    translator = Translator("checkpoint_best.pt", "data-bin/my-en-de")
+    translator.translate([["First sentence.", "Second one."], ["Another document."]], progress=True)
+    # -> [["...", "..."], ["..."]]: one translation per sentence
 """
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -51,8 +59,39 @@ DEFAULT_MAX_LEN_B = 10
 WORD_START = "\u2581"  # sentencepiece's mark of a piece that starts a word
 
 
+# progress(batch, batches, windows translated, windows in all), after each batch
+Progress = Callable[[int, int, int, int], None]
+
+
 def warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def fairseq_warnings_only() -> Iterator[None]:
+    """fairseq logs its set-up (dictionaries, batches) at INFO, and its import has set up the root
+    logger at DEBUG: within the block its loggers show warnings only, and standard error is for the
+    translation's progress and its warnings about the documents. The level is put back afterwards,
+    for a caller in the same process (fairseq-train logs its validation at INFO)."""
+    fairseq_logger = logging.getLogger("fairseq")
+    level = fairseq_logger.level
+    fairseq_logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        fairseq_logger.setLevel(level)
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def sentence_name(document: TextDocument, document_index: int, sentence_index: int) -> str:
+    """``document 'talk' (document 2), sentence 3 (line 9)``: name and line where the input has them."""
+    named = f"document {document.name!r} (document {document_index + 1})" if document.name else \
+        f"document {document_index + 1}"
+    line = f" (line {document.line_numbers[sentence_index]})" if sentence_index < len(document.line_numbers) else ""
+    return f"{named}, sentence {sentence_index + 1}{line}"
 
 
 @dataclass
@@ -62,6 +101,7 @@ class EncodedSentence:
     document: int  # index of its document
     sentence: int  # index of its sentence in the document
     tokens: torch.Tensor  # dictionary indices, ending with EOS
+    parts: int = 1  # how many parts its sentence was cut into (1: not cut)
 
 
 class TokenList:
@@ -101,17 +141,54 @@ def encode_documents(documents: Sequence[TextDocument], preprocess: Callable[[st
             pieces = preprocess(sentence).split()
             parts = split_pieces(pieces, limit) if len(pieces) > limit else [pieces]
             if len(parts) > 1:
-                warn(f"document {document.name!r} (document {document_index + 1}), sentence {sentence_index + 1} "
-                     f"(line {document.line_of(sentence_index)}): {len(pieces)} tokens, over the model's "
-                     f"{source_limit} source positions: translated in {len(parts)} parts, joined")
+                warn(f"{sentence_name(document, document_index, sentence_index)} is longer than the model's "
+                     f"{source_limit} source positions ({len(pieces)} tokens): translated in {len(parts)} parts, "
+                     f"each without context, joined")
             for part in parts:
                 tokens = dictionary.encode_line(" ".join(part), add_if_not_exist=False, append_eos=True)
-                units.append(EncodedSentence(document_index, sentence_index, tokens.long()))
+                units.append(EncodedSentence(document_index, sentence_index, tokens.long(), len(parts)))
     return units
 
 
+def context_starts(units: Sequence[EncodedSentence]) -> np.ndarray:
+    """The first unit each unit's window may hold: a window's context is whole sentences, so the
+    part of a cut sentence is translated on its own, and no window reaches back to a cut sentence
+    or past it. (Units of one document are consecutive; the windows never cross a document.)"""
+    starts = np.zeros(len(units), dtype=np.int64)
+    after_cut = 0
+    for index, unit in enumerate(units):
+        if unit.parts > 1:
+            after_cut = index + 1
+        starts[index] = index if unit.parts > 1 else after_cut
+    return starts
+
+
+def as_text_documents(documents: Sequence[Union[TextDocument, Sequence[str]]]) -> List[TextDocument]:
+    """Documents as :class:`TextDocument` (read from a file) or as lists of sentences (strings)."""
+    converted = []
+    for index, document in enumerate(documents):
+        if not isinstance(document, TextDocument):
+            if isinstance(document, str):
+                raise DataError(f"document {index + 1} is a string: give each document as a list of its sentences")
+            document = TextDocument("", list(document))
+        for sentence_index, sentence in enumerate(document.sentences):
+            if not isinstance(sentence, str):
+                raise DataError(f"document {index + 1}, sentence {sentence_index + 1} is not a string: "
+                                f"{sentence!r} ({type(sentence).__name__})")
+        if not document.sentences:
+            raise DataError(f"document {index + 1} has no sentences")
+        converted.append(document)
+    return converted
+
+
 class Translator:
-    """A checkpoint with its task, generator and the corpus's pre- and post-processing."""
+    """A checkpoint with its task, generator and the corpus's pre- and post-processing: the API
+    behind ``python -m rfa_doc_mt.generation.translate`` and ``scripts/translate.sh``.
+
+    ``checkpoint``: a model trained with this plugin; ``data``: the prepared corpus it was trained
+    on (its ``prep.json``, dictionaries, sentencepiece model); the other arguments as the command's
+    options (beam 4, 64 windows a batch, at most 1.2 x source + 10 target tokens; ``cpu`` keeps a
+    GPU machine on the CPU). :meth:`translate` translates documents."""
 
     def __init__(self, checkpoint: str, data: str, beam: int = DEFAULT_BEAM, batch_size: int = DEFAULT_BATCH_SIZE,
                  max_len_a: float = DEFAULT_MAX_LEN_A, max_len_b: int = DEFAULT_MAX_LEN_B,
@@ -126,7 +203,9 @@ class Translator:
 
         from ..data.processing import corpus_postprocessor, corpus_preprocessor
 
-        models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides={"data": data})
+        with fairseq_warnings_only():
+            models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint],
+                                                                            arg_overrides={"data": data})
         languages = (task.cfg.source_lang, task.cfg.target_lang)
         if languages != (prep["source_lang"], prep["target_lang"]):
             raise DataError(f"{checkpoint} translates {languages[0]} -> {languages[1]}, but {data} is a "
@@ -170,17 +249,34 @@ class Translator:
         return encode_documents(documents, self.preprocess, self.task.src_dict, self.source_limit)
 
     def dataset(self, units: Sequence[EncodedSentence], documents: Sequence[TextDocument]):
+        """The windows of ``units`` (window i translates unit i), each with the context that fits:
+        none for the parts of a cut sentence, none reaching back to one, then the farthest
+        sentences dropped from windows over the source positions; each sentence translated with
+        fewer context sentences than the model's is warned about, with the reason."""
         counts = np.bincount([unit.document for unit in units], minlength=len(documents))
         split_documents = [Document(document.name.replace("\t", " ") or f"doc{index + 1}", int(count))
                            for index, (document, count) in enumerate(zip(documents, counts))]
         dataset = self.task.window_dataset("translate", TokenList([unit.tokens for unit in units]), None,
                                            split_documents)
-        for window, dropped in dataset.fit_source_positions(self.source_limit):
+        planned = dataset.index.first_sentence.copy()
+        starts = context_starts(units)
+        dataset.limit_context(starts)
+        over = {window for window, _ in dataset.fit_source_positions(self.source_limit)}
+        first = dataset.index.first_sentence
+        for window in np.nonzero(first > planned)[0]:
             unit = units[window]
-            document = documents[unit.document]
-            warn(f"document {document.name!r} (document {unit.document + 1}), sentence {unit.sentence + 1}: its "
-                 f"window is over the model's {self.source_limit} source positions; translated with "
-                 f"{dropped} context sentence{'s' if dropped != 1 else ''} fewer")
+            if unit.parts > 1:
+                continue  # the warning about its parts says it
+            lost = units[planned[window]:first[window]]
+            reasons = []
+            if starts[window] > planned[window]:  # the nearest sentence cut into parts before it
+                reasons.append(f"sentence {units[starts[window] - 1].sentence + 1} was cut into parts, and "
+                               f"parts of a sentence are no context")
+            if window in over:
+                reasons.append(f"its window is over the model's {self.source_limit} source positions")
+            sentences = len({other.sentence for other in lost})
+            warn(f"{sentence_name(documents[unit.document], unit.document, unit.sentence)}: translated with "
+                 f"{plural(sentences, 'context sentence')} fewer ({'; '.join(reasons)})")
         return dataset
 
     # ---- decoding ---------------------------------------------------------------------------
@@ -192,8 +288,9 @@ class Translator:
             max_positions=self.max_positions, ignore_invalid_inputs=False, required_batch_size_multiple=8,
             seed=1, num_shards=1, shard_id=0, num_workers=0).next_epoch_itr(shuffle=False)
 
-    def hypotheses(self, dataset, progress: Optional[Callable[[int, int, int], None]] = None) -> List[str]:
-        """The tokens (pieces) of the best hypothesis of every window, by window index."""
+    def hypotheses(self, dataset, progress: Optional[Progress] = None) -> List[str]:
+        """The tokens (pieces) of the best hypothesis of every window, by window index;
+        ``progress`` is called after each batch."""
         from fairseq import utils
         from fairseq.sequence_generator import SequenceGenerator
 
@@ -208,25 +305,34 @@ class Translator:
         for batch_number, sample in enumerate(iterator, start=1):
             if self.use_cuda:
                 sample = utils.move_to_cuda(sample)
-            if "net_input" not in sample:
-                continue
-            hypotheses = self.task.inference_step(self.generator, self.models, sample)
-            for row, window in enumerate(sample["id"].tolist()):
-                tokens = hypotheses[row][0]["tokens"].int().cpu()
-                found[window] = self.task.tgt_dict.string(tokens, None, extra_symbols_to_ignore=strip)
-            done += len(sample["id"])
+            if "net_input" in sample:
+                hypotheses = self.task.inference_step(self.generator, self.models, sample)
+                for row, window in enumerate(sample["id"].tolist()):
+                    tokens = hypotheses[row][0]["tokens"].int().cpu()
+                    found[window] = self.task.tgt_dict.string(tokens, None, extra_symbols_to_ignore=strip)
+                done += len(sample["id"])
             if progress:
-                progress(batch_number, len(iterator), done)
+                progress(batch_number, len(iterator), done, len(dataset))
         missing = [window for window, text in enumerate(found) if text is None]
         if missing:
             raise RuntimeError(f"{len(missing)} windows were not translated (first: {missing[:5]})")
         return found
 
-    def translate(self, documents: Sequence[TextDocument],
-                  progress: Optional[Callable[[int, int, int], None]] = None) -> List[List[str]]:
-        """One detokenized translation per sentence of each document."""
+    def translate(self, documents: Sequence[Union[TextDocument, Sequence[str]]],
+                  progress: Union[bool, Progress, None] = None) -> List[List[str]]:
+        """One detokenized translation per sentence of each document: ``documents`` is a list of
+        documents, each a list of raw sentences (strings; or a :class:`TextDocument` as
+        :func:`rfa_doc_mt.data.plain_text.read_documents` reads them); the result has the same
+        shape. ``progress``: True prints a progress line on standard error every few seconds
+        (:class:`ProgressLine`); a callable gets (batch, batches, windows done, windows) after
+        each batch. A sentence cut into parts or translated with less context than the model's
+        is warned about on standard error (the module's docstring)."""
+        documents = as_text_documents(documents)
+        if progress is True:
+            progress = ProgressLine()
         units = self.encode(documents)
-        hypotheses = self.hypotheses(self.dataset(units, documents), progress)
+        with fairseq_warnings_only():
+            hypotheses = self.hypotheses(self.dataset(units, documents), progress or None)
         translations: List[List[List[str]]] = [[[] for _ in document.sentences] for document in documents]
         for unit, hypothesis in zip(units, hypotheses):
             translations[unit.document][unit.sentence].append(self.postprocess(hypothesis.strip()))
@@ -234,17 +340,19 @@ class Translator:
 
 
 class ProgressLine:
-    """``translate: batch i of n, k sentences, r sentences/s`` on standard error, every few seconds."""
+    """``translate: batch i of n, k of m windows, r windows/s`` on standard error, every ``every``
+    seconds and after the last batch. A window is what the model translates: one per sentence,
+    one per part of a sentence cut into parts."""
 
-    def __init__(self, total_sentences: int, every: float = 5.0, enabled: bool = True):
-        self.total, self.every, self.enabled = total_sentences, every, enabled
+    def __init__(self, every: float = 5.0):
+        self.every = every
         self.start = self.last = time.perf_counter()
 
-    def __call__(self, batch: int, batches: int, done: int) -> None:
+    def __call__(self, batch: int, batches: int, done: int, total: int) -> None:
         now = time.perf_counter()
-        if self.enabled and (now - self.last >= self.every or batch == batches):
+        if now - self.last >= self.every or batch == batches:
             self.last = now
-            print(f"translate: batch {batch} of {batches}, {done} of {self.total} windows, "
+            print(f"translate: batch {batch} of {batches}, {done} of {total} windows, "
                   f"{done / max(now - self.start, 1e-9):.1f} windows/s", file=sys.stderr, flush=True)
 
 
@@ -277,18 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    # fairseq logs its set-up at INFO, torch warns of pinned memory without a GPU: standard error
-    # is for progress and warnings about the documents. Both are put back afterwards, for a
-    # caller in the same process (fairseq-train logs its validation at INFO).
-    fairseq_logger = logging.getLogger("fairseq")
-    level = fairseq_logger.level
-    fairseq_logger.setLevel(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true")
-            return translate_documents(argv)
-    finally:
-        fairseq_logger.setLevel(level)
+    # (torch's warning of pinned memory without a GPU is silenced by rfa_doc_mt.compat)
+    with fairseq_warnings_only():
+        return translate_documents(argv)
 
 
 def translate_documents(argv: Optional[Sequence[str]] = None) -> int:
@@ -305,9 +404,9 @@ def translate_documents(argv: Optional[Sequence[str]] = None) -> int:
                             max_len_a=args.max_len_a, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
                             cpu=args.cpu, lenpen=args.lenpen)
     if not args.quiet:
-        print(f"translate: {len(text.documents)} documents, {sentences} sentences ({text.form} boundaries) "
-              f"with {translator.describe()}", file=sys.stderr, flush=True)
-    translations = translator.translate(text.documents, ProgressLine(sentences, enabled=not args.quiet))
+        print(f"translate: {plural(len(text.documents), 'document')}, {plural(sentences, 'sentence')} "
+              f"({text.form} boundaries) with {translator.describe()}", file=sys.stderr, flush=True)
+    translations = translator.translate(text.documents, not args.quiet)
     empty = [(d, k) for d, document in enumerate(translations) for k, line in enumerate(document) if not line]
     if empty:
         d, k = empty[0]
@@ -318,7 +417,7 @@ def translate_documents(argv: Optional[Sequence[str]] = None) -> int:
     write_documents(args.output, translations, text.form)
     seconds = time.perf_counter() - started
     if not args.quiet:
-        print(f"translate: {sentences} sentences in {seconds:.1f} s ({sentences / seconds:.2f} sentences/s)"
+        print(f"translate: {plural(sentences, 'sentence')} in {seconds:.1f} s ({sentences / seconds:.2f} sentences/s)"
               + (f", written to {args.output}" if args.output != "-" else ""), file=sys.stderr, flush=True)
     return 0
 
