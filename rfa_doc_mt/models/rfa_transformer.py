@@ -12,6 +12,10 @@ decided: decoder causal and cross attention). Variants of Table 1, and the two s
     RFA-feature    --rfa-gate feature    --rfa-gate-rank 16 --rfa-gate-temperature 16
                                          (GLA, Yang et al. 2024: a decay per feature at every token)
 
+and the causal state's update, ``--rfa-update add`` (RFA) or ``delta`` (the delta rule, Schlag et al.
+2021, Yang et al. 2024 (delta rule); gated by ``--rfa-gate sgate`` or ``token`` as Gated Delta Networks, Yang
+et al. 2025).
+
 fairseq's decoder layer loop passes no token ids to the attention modules, so the decoder
 computes the sentence starts of each forward (from ``prev_output_tokens``, and from the
 source tokens for the optional cross gate) and hands them to its RFA modules before each
@@ -29,11 +33,13 @@ from fairseq.utils import safe_getattr
 from torch import nn
 
 from ..modules.random_feature_attention import (
+    DELTA_GATES,
     FEATURE_GATE_RANK,
     FEATURE_GATE_TEMPERATURE,
     FEATURE_MAPS,
     GATE_VARIANTS,
     SENTENCE_GATES,
+    STATE_UPDATES,
     RandomFeatureCausalAttention,
     RandomFeatureCrossAttention,
     module_seed,
@@ -71,6 +77,7 @@ class RFAOptions:
     norm_rescale: bool = False
     tau_init: float = 1.0
     attention: str = ",".join(RFA_ATTENTIONS)
+    update: str = "add"
     seed: int = 1  # not an RFA option: the run's --seed, from which every module's matrices are drawn
 
     @classmethod
@@ -79,12 +86,25 @@ class RFAOptions:
         if values["gate_bias_init"] is None:
             values["gate_bias_init"] = DEFAULT_GATE_BIAS[values["gate"]]
         parse_rfa_attentions(values["attention"])  # fail early on a misspelled --rfa-attention
+        check_rfa_update(values["update"], values["gate"], values["attention"])
         return cls(**values, seed=int(safe_getattr(args, "seed", cls.seed)))
 
     @property
     def attentions(self) -> tuple:
         """The decoder attentions that use RFA."""
         return parse_rfa_attentions(self.attention)
+
+
+def check_rfa_update(update: str, gate: str, attention: str) -> None:
+    """Fail early on an ``--rfa-update`` the model cannot build: the delta rule updates causal
+    attention's state and takes a gate per head."""
+    if update not in STATE_UPDATES:
+        raise ValueError(f"--rfa-update {update!r}: expected one of {STATE_UPDATES}")
+    if update == "delta" and "causal" not in parse_rfa_attentions(attention):
+        raise ValueError(f"--rfa-update delta updates RFA's causal attention, which --rfa-attention {attention!r} "
+                         "leaves softmax")
+    if update == "delta" and gate not in DELTA_GATES:
+        raise ValueError(f"--rfa-update delta takes --rfa-gate {'/'.join(DELTA_GATES)}, a gate per head, not {gate!r}")
 
 
 def parse_rfa_attentions(value: str) -> tuple:
@@ -112,7 +132,7 @@ class RFADecoderLayer(TransformerDecoderLayerBase):
             embed_dim, cfg.decoder.attention_heads, o.causal_proj_dim,
             seed=module_seed(o.seed, self.layer_index, "causal"), feature_map=o.feature_map,
             learned_tau=o.learned_tau, gate=o.gate, gate_bias_init=o.gate_bias_init, gate_rank=o.gate_rank,
-            gate_temperature=o.gate_temperature), o.tau_init)
+            gate_temperature=o.gate_temperature, update=o.update), o.tau_init)
 
     def build_encoder_attention(self, embed_dim, cfg):
         o = self.options
@@ -241,6 +261,14 @@ class RFADocTransformerModel(DocTransformerModel):
         parser.add_argument("--rfa-attention", metavar="LIST",
                             help="decoder attentions that use RFA, a subset of causal,cross (default both, "
                                  "as the paper); the others keep softmax attention (for ablations)")
+        parser.add_argument("--rfa-update", choices=STATE_UPDATES,
+                            help="how causal attention updates its state: add (RFA: S_t = f_t S_{t-1} + "
+                                 "phi(k_t) [v_t, 1]^T, read normalised; the default) or delta (the delta rule, "
+                                 "Schlag et al. 2021, Yang et al. 2024 (delta rule): S_t = a_t (I - b_t k_t "
+                                 "k_t^T) S_{t-1} + b_t k_t v_t^T with unit-norm features k_t and a write strength "
+                                 "b_t = sigmoid(w.x_t + c) per head, read as S_t^T q_t without a normaliser; the "
+                                 "gate a_t of --rfa-gate none, sgate or token, as Gated Delta Networks, Yang et "
+                                 "al. 2025)")
         parser.add_argument("--rfa-norm-rescale", action="store_true",
                             help="cross attention: weight each key by exp(½ (|k|·d^-½ / τ)²), which the "
                                  "normalised feature map loses (the release's --norm-rescale)")

@@ -34,6 +34,10 @@ Recht, 2008), so that attention becomes (Wu et al. 2022, §3.1)::
   which is ``log_forget`` [batch, heads, time, F] with no key weight (:mod:`.gates`); every form
   takes it, the training form through :func:`.training.chunked_per_feature_causal_rfa`.
 
+  The delta rule (Schlag et al. 2021; Yang et al. 2024, delta rule; gated, Yang et al. 2025) replaces the
+  additive update: ``S_t = α_t (I - β_t k̂_t k̂_tᵀ) S_{t-1} + β_t k̂_t v_tᵀ`` with unit-norm features,
+  read as ``S_tᵀ q̂_t`` without a normaliser (:mod:`.delta`, its three forms in one file).
+
 The package, by form (docs/design.md, "Three forms, one truth"):
 
 * :mod:`.features`: the random matrices (a seeded bank, a fixed evaluation matrix), the
@@ -54,11 +58,14 @@ The package, by form (docs/design.md, "Three forms, one truth"):
 * :mod:`.fused`: the decoding step of both attentions fused into one Triton kernel each
   (:mod:`.triton_kernels`), for GPUs, where the eager step's dozen small operations are bound by
   their launches; chosen on CUDA tensors when Triton is installed, the eager step everywhere else;
+* :mod:`.delta`: the delta rule's reference, training (chunked, WY form) and incremental forms;
 * :mod:`.layers`: the attention modules that fairseq's layers call.
 
 The causal forms share one signature, ``(phi_q, phi_k, v, log_forget, key_weight,
 initial_state) -> (out, final_state)``, and the cross forms ``(phi_q, phi_k, v, key_weight) ->
-(out, state)``, so the tests compare them directly (outputs, final states, gradients).
+(out, state)``, so the tests compare them directly (outputs, final states, gradients). The delta
+rule's forms take its write strength after the values, ``(phi_q, phi_k, v, beta, log_forget,
+key_weight, initial_state) -> (out, final_state)``, their state ``[batch, heads, F, dv]``.
 
 The feature maps and the kernel they estimate are described in :mod:`.features`.
 
@@ -73,6 +80,15 @@ Shapes: ops take ``[batch, heads, time, dim]``; the modules take fairseq's ``[ti
 embed_dim]``.
 """
 
+from .delta import (
+    DELTA_CHUNK_SIZE,
+    DELTA_GATES,
+    STATE_UPDATES,
+    chunked_delta_rule,
+    delta_rule_step,
+    incremental_delta_rule,
+    reference_delta_rule,
+)
 from .features import (
     FEATURE_MAPS,
     MIN_TAU,
@@ -116,15 +132,16 @@ from .training import (
 )
 
 __all__ = [
-    "CHUNK_SIZE", "FEATURE_GATE_RANK", "FEATURE_GATE_TEMPERATURE", "FEATURE_MAPS", "GATE_VARIANTS", "MIN_TAU",
-    "NORMALISER_FLOOR", "PER_FEATURE_CHUNK_SIZE", "RANDOM_MATRIX_BANK_SIZE", "SENTENCE_GATES",
+    "CHUNK_SIZE", "DELTA_CHUNK_SIZE", "DELTA_GATES", "FEATURE_GATE_RANK", "FEATURE_GATE_TEMPERATURE", "FEATURE_MAPS",
+    "GATE_VARIANTS", "MIN_TAU", "NORMALISER_FLOOR", "PER_FEATURE_CHUNK_SIZE", "RANDOM_MATRIX_BANK_SIZE",
+    "SENTENCE_GATES", "STATE_UPDATES",
     "LowRankFeatureGate", "RandomFeatureCausalAttention", "RandomFeatureCrossAttention", "RandomMatrices",
     "causal_decoding_step", "causal_rfa_step",
-    "cheapest_chunk_size", "chunked_causal_rfa", "chunked_per_feature_causal_rfa", "cross_rfa", "cross_rfa_read",
-    "cross_rfa_readout", "cross_rfa_summary", "cross_rfa_state",
+    "cheapest_chunk_size", "chunked_causal_rfa", "chunked_delta_rule", "chunked_per_feature_causal_rfa", "cross_rfa",
+    "cross_rfa_read", "cross_rfa_readout", "cross_rfa_summary", "cross_rfa_state", "delta_rule_step",
     "feature_gates", "feature_map_function", "feature_size", "final_key_weights", "incremental_causal_rfa",
-    "join_state",
+    "incremental_delta_rule", "join_state",
     "l2_normalise", "module_seed", "norm_rescale_weights", "orthogonal_random_matrices", "positive_random_features",
-    "random_fourier_features", "reference_causal_rfa", "reference_cross_rfa", "reference_per_feature_causal_rfa",
-    "sentence_gates", "split_state", "token_gates",
+    "random_fourier_features", "reference_causal_rfa", "reference_cross_rfa", "reference_delta_rule",
+    "reference_per_feature_causal_rfa", "sentence_gates", "split_state", "token_gates",
 ]

@@ -11,6 +11,7 @@ from fairseq.incremental_decoding_utils import with_incremental_state
 from torch import Tensor, nn
 
 from ..hand_off import HandOff
+from .delta import DELTA_GATES, STATE_UPDATES, chunked_delta_rule, delta_rule_step
 from .features import (
     FEATURE_MAPS,
     DecodingFeatureMap,
@@ -73,6 +74,8 @@ class _RandomFeatureAttentionBase(HandOff, nn.Module):
     gate_on_keys = False
     # "auto", "eager" or "fused" (set_decoding_path): which decoding step runs
     decoding_path = "auto"
+    # how causal attention updates its state: "add" (RFA) or "delta" (.delta); cross attention adds
+    state_update = "add"
 
     def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, kdim: Optional[int] = None,
                  feature_map: str = "fourier", learned_tau: bool = False, gate: str = "none",
@@ -167,24 +170,51 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
     sentence), ``key_weight`` [batch, heads] (sgate-avg: the current sentence's weight) and
     the feature map's tensors (shared by every row, :meth:`decoding_features`). The token and
     feature gates read only the current token: they keep nothing more.
+
+    With ``update="delta"`` the state follows the delta rule (:mod:`.delta`):
+    ``S_t = α_t (I - β_t k̂_t k̂_tᵀ) S_{t-1} + β_t k̂_t v_tᵀ``, read as ``S_tᵀ q̂_t`` with no normaliser,
+    β_t = σ(w_β·x_t + b_β) per head from the token's input (``beta_proj``), α_t the gate per head
+    (``none``, ``sgate`` or ``token``; 1 without one). The gates' key weights, which make additive
+    RFA's state a weighted average, are not applied (the delta rule has its own write strength β,
+    and Gated Delta Networks decay and write independently): only padding weighs 0, where α = 1,
+    so that padding leaves the state as it was. This is why ``sgate-avg``, which differs from
+    ``sgate`` by its key weight only, and the per-feature gate are refused. Its incremental state:
+    ``delta_state`` [batch, heads, F, dv] (beside the gates' entries and the feature map's); the
+    fused decoding step (:mod:`.fused`) is never taken for it.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, feature_map: str = "fourier",
                  learned_tau: bool = False, gate: str = "none", gate_bias_init: float = 2.0,
                  chunk_size: int = CHUNK_SIZE, gate_rank: int = FEATURE_GATE_RANK,
-                 gate_temperature: float = FEATURE_GATE_TEMPERATURE):
+                 gate_temperature: float = FEATURE_GATE_TEMPERATURE, update: str = "add"):
+        if update not in STATE_UPDATES:
+            raise ValueError(f"unknown state update {update!r}; expected one of {STATE_UPDATES}")
+        if update == "delta" and gate not in DELTA_GATES:
+            raise ValueError(f"the delta rule takes a gate per head, one of {DELTA_GATES}, not {gate!r} (sgate-avg "
+                             "differs from sgate only by the key weight of its weighted average, which the delta "
+                             "rule does not apply; feature decays each feature)")
         super().__init__(embed_dim, num_heads, num_projections, seed, feature_map=feature_map,
                          learned_tau=learned_tau, gate=gate, gate_bias_init=gate_bias_init, use_gate=gate != "none",
                          gate_rank=gate_rank, gate_temperature=gate_temperature)
         self.chunk_size = chunk_size
+        self.state_update = update
         self.in_proj = nn.Linear(embed_dim, 3 * embed_dim)  # q, k, v in one matmul
+        # the delta rule's write strength β_t = σ(w_β·x_t + b_β), one per head
+        self.beta_proj = nn.Linear(embed_dim, num_heads) if update == "delta" else None
         self.reset_parameters()
 
     def reset_parameters(self):
         # as fairseq's MultiheadAttention initialises its (then fused) q, k, v projections
         nn.init.xavier_uniform_(self.in_proj.weight, gain=1 / math.sqrt(2))
         nn.init.constant_(self.in_proj.bias, 0.0)
+        if self.beta_proj is not None:  # β ≈ 0.5 at the start, as DeltaNet's σ(x W_β) without a bias
+            nn.init.xavier_uniform_(self.beta_proj.weight)
+            nn.init.constant_(self.beta_proj.bias, 0.0)
         self._reset_common()
+
+    def write_strengths(self, x: Tensor) -> Tensor:
+        """The delta rule's β = σ(w_β·x + b_β): [..., embed_dim] → [..., heads] fp32."""
+        return torch.sigmoid(F.linear(x.float(), self.beta_proj.weight.float(), self.beta_proj.bias.float()))
 
     def forward(self, query: Tensor, key: Optional[Tensor] = None, value: Optional[Tensor] = None,
                 key_padding_mask: Optional[Tensor] = None,
@@ -199,6 +229,11 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
             random_matrix = self.random_matrices()
             phi_q, phi_k = self.features_of(q, random_matrix), self.features_of(k, random_matrix)
             log_forget, key_weight = self._gates(query, key_padding_mask)
+            if self.state_update == "delta":  # only padding weighs its write (class docstring)
+                beta = self.write_strengths(query).permute(1, 2, 0)  # [batch, heads, time]
+                out, _ = chunked_delta_rule(phi_q, phi_k, v, beta, log_forget, self._padding_weights(key_padding_mask),
+                                            chunk_size=self.chunk_size, final_state=False)
+                return self.out_proj(self._merge_heads(out, v.dtype)), None
             if self.gate_variant == "feature":  # chunks of a power of two (training.chunked_per_feature_causal_rfa)
                 chunk_size = min(self.chunk_size, PER_FEATURE_CHUNK_SIZE)
             else:
@@ -218,9 +253,7 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
         [batch, heads, time] for the whole sequence (:mod:`.gates`)."""
         time, batch, _ = query.shape
         if self.gate_variant == "none":
-            if key_padding_mask is None or not key_padding_mask.any():
-                return None, None
-            return None, (~key_padding_mask.bool()).unsqueeze(1).float().expand(batch, self.num_heads, time)
+            return None, self._padding_weights(key_padding_mask)
         padding = key_padding_mask.bool() if key_padding_mask is not None else None
         if self.gate_variant == "token":
             return token_gates(self.gate_logits(query).permute(1, 2, 0), padding)
@@ -229,6 +262,13 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
         starts = self._require_sentence_starts((batch, time))
         logits = self.gate_logits(query).permute(1, 2, 0)  # [batch, heads, time]
         return sentence_gates(logits, starts, self.gate_variant, padding)
+
+    def _padding_weights(self, key_padding_mask: Optional[Tensor]) -> Optional[Tensor]:
+        """[batch, heads, time]: 0 at padding, 1 elsewhere (None without padding)."""
+        if key_padding_mask is None or not key_padding_mask.any():
+            return None
+        batch, time = key_padding_mask.shape
+        return (~key_padding_mask.bool()).unsqueeze(1).float().expand(batch, self.num_heads, time)
 
     def _step(self, query: Tensor, key_padding_mask: Optional[Tensor], incremental_state) -> Tensor:
         """One token: query [1, batch, embed_dim] → [1, batch, embed_dim]."""
@@ -264,12 +304,19 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
                     if key_weight is None:
                         key_weight = torch.ones_like(buffer["gate_logit"])
                     buffer["key_weight"] = key_weight
+            keep = None
             if key_padding_mask is not None and key_padding_mask.any():
                 keep = (~key_padding_mask[:, -1].bool()).float().unsqueeze(-1).expand(batch, self.num_heads)
                 key_weight = keep if key_weight is None else key_weight * keep
                 if forget is not None:  # a gate of 1 on padding (per head, or for every feature of it)
                     rows = keep.bool().view(batch, self.num_heads, *([1] * (forget.dim() - 2)))
                     forget = torch.where(rows, forget, torch.ones_like(forget))
+            if self.state_update == "delta":  # eager (uses_fused_decoding: never fused); only padding weighs
+                beta = self.write_strengths(query[0])
+                out, buffer["delta_state"] = delta_rule_step(phi_q, phi_k, v, beta, buffer.get("delta_state"),
+                                                             forget, keep)
+                self._set_input_buffer(incremental_state, buffer)
+                return self.out_proj(out.to(qkv.dtype).reshape(1, batch, self.embed_dim))
             prefix = {name: buffer.get(name) for name in PREFIX_NAMES}
             if fused:
                 out = fused_causal_step(qkv, self.decoding_features(buffer), prefix, forget, key_weight)
