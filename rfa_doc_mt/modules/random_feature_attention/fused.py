@@ -32,7 +32,8 @@ Which path runs: every RFA module has a ``decoding_path`` (:func:`set_decoding_p
 ``"auto"`` (the default) fuses on CUDA tensors when Triton is installed and nothing needs a
 gradient, and keeps the eager path everywhere else (on a CPU, the eager path is unchanged);
 ``"eager"`` never fuses; ``"fused"`` always does (on CPU tensors only under Triton's interpreter,
-``TRITON_INTERPRET=1``, which is how the tests check the kernels without a GPU).
+``TRITON_INTERPRET=1``, which is how the tests check the kernels without a GPU), except in a module
+with local softmax heads (:mod:`.local`), which the kernels do not compute: that one decodes eagerly.
 
 CUDA graphs were not used: beam search shrinks the batch as sentences finish (a new shape, so a
 new graph, at most steps), fairseq's search runs Python between steps, and a graph of the decoder
@@ -65,9 +66,12 @@ def triton_available() -> bool:
 
 def uses_fused_decoding(module: nn.Module, tensor: Optional[Tensor]) -> bool:
     """Whether ``module`` decodes ``tensor`` (its step's input, or its decoding state) with the
-    fused kernels: see the module docstring. The same answer for a module's step and its reorders."""
+    fused kernels: see the module docstring. The same answer for a module's step and its reorders.
+    The kernels compute RFA heads only: a module with local softmax heads (:mod:`.local`) always
+    decodes on the eager path, whatever its ``decoding_path``."""
     path = module.decoding_path
-    if tensor is None or path == "eager" or (tensor.requires_grad and torch.is_grad_enabled()):
+    if tensor is None or path == "eager" or getattr(module, "local_heads", 0) or \
+            (tensor.requires_grad and torch.is_grad_enabled()):
         return False
     if path == "fused":
         return True
