@@ -14,12 +14,15 @@ decided: decoder causal and cross attention). Variants of Table 1, and the two s
 
 and the causal state's update, ``--rfa-update add`` (RFA) or ``delta`` (the delta rule, Schlag et al.
 2021, Yang et al. 2024 (delta rule); gated by ``--rfa-gate sgate`` or ``token`` as Gated Delta Networks, Yang
-et al. 2025).
+et al. 2025); and, beside any of them, softmax heads over the current sentence (``--rfa-causal-local-heads N``,
+``--rfa-cross-local-heads N``: Arora et al. 2024; Zhang et al. 2020), the other heads RFA over the
+window (``modules/random_feature_attention/local.py``).
 
 fairseq's decoder layer loop passes no token ids to the attention modules, so the decoder
 computes the sentence starts of each forward (from ``prev_output_tokens``, and from the
-source tokens for the optional cross gate) and hands them to its RFA modules before each
-forward (``modules/hand_off.py``), valid until the next one.
+source tokens for the optional cross gate; the source's sentence ids for cross local heads, until
+decoding has cached the source) and hands them to its RFA modules before each forward
+(``modules/hand_off.py``), valid until the next one.
 """
 
 import argparse
@@ -44,7 +47,7 @@ from ..modules.random_feature_attention import (
     RandomFeatureCrossAttention,
     module_seed,
 )
-from ..modules.sentences import sentence_starts
+from ..modules.sentences import sentence_ids, sentence_starts
 from .doc_transformer import (
     DocTransformerModel,
     doc_transformer,
@@ -78,6 +81,8 @@ class RFAOptions:
     tau_init: float = 1.0
     attention: str = ",".join(RFA_ATTENTIONS)
     update: str = "add"
+    causal_local_heads: int = 0
+    cross_local_heads: int = 0
     seed: int = 1  # not an RFA option: the run's --seed, from which every module's matrices are drawn
 
     @classmethod
@@ -85,7 +90,12 @@ class RFAOptions:
         values = {f.name: safe_getattr(args, f"rfa_{f.name}", f.default) for f in fields(cls) if f.name != "seed"}
         if values["gate_bias_init"] is None:
             values["gate_bias_init"] = DEFAULT_GATE_BIAS[values["gate"]]
-        parse_rfa_attentions(values["attention"])  # fail early on a misspelled --rfa-attention
+        attentions = parse_rfa_attentions(values["attention"])  # fail early on a misspelled --rfa-attention
+        for attention in RFA_ATTENTIONS:
+            local_heads = values[f"{attention}_local_heads"]
+            if local_heads < 0 or (local_heads and attention not in attentions):
+                raise ValueError(f"--rfa-{attention}-local-heads {local_heads}: expected 0, or a number of heads "
+                                 f"when {attention} attention is RFA (--rfa-attention {values['attention']})")
         check_rfa_update(values["update"], values["gate"], values["attention"])
         return cls(**values, seed=int(safe_getattr(args, "seed", cls.seed)))
 
@@ -93,6 +103,14 @@ class RFAOptions:
     def attentions(self) -> tuple:
         """The decoder attentions that use RFA."""
         return parse_rfa_attentions(self.attention)
+
+    def local_heads(self, attention: str, num_heads: int) -> int:
+        """``--rfa-{attention}-local-heads``, checked against the layer's ``num_heads``."""
+        local_heads = getattr(self, f"{attention}_local_heads")
+        if local_heads >= num_heads:
+            raise ValueError(f"--rfa-{attention}-local-heads {local_heads}: at most {num_heads - 1} of the decoder's "
+                             f"{num_heads} heads (at least one stays RFA)")
+        return local_heads
 
 
 def check_rfa_update(update: str, gate: str, attention: str) -> None:
@@ -132,7 +150,8 @@ class RFADecoderLayer(TransformerDecoderLayerBase):
             embed_dim, cfg.decoder.attention_heads, o.causal_proj_dim,
             seed=module_seed(o.seed, self.layer_index, "causal"), feature_map=o.feature_map,
             learned_tau=o.learned_tau, gate=o.gate, gate_bias_init=o.gate_bias_init, gate_rank=o.gate_rank,
-            gate_temperature=o.gate_temperature, update=o.update), o.tau_init)
+            gate_temperature=o.gate_temperature, update=o.update,
+            local_heads=o.local_heads("causal", cfg.decoder.attention_heads)), o.tau_init)
 
     def build_encoder_attention(self, embed_dim, cfg):
         o = self.options
@@ -142,7 +161,8 @@ class RFADecoderLayer(TransformerDecoderLayerBase):
             embed_dim, cfg.decoder.attention_heads, o.cross_proj_dim,
             seed=module_seed(o.seed, self.layer_index, "cross"), kdim=cfg.encoder.embed_dim,
             feature_map=o.feature_map, learned_tau=o.learned_tau, gate=o.gate,
-            gate_bias_init=o.gate_bias_init, cross_gate=o.cross_gate, norm_rescale=o.norm_rescale), o.tau_init)
+            gate_bias_init=o.gate_bias_init, cross_gate=o.cross_gate, norm_rescale=o.norm_rescale,
+            local_heads=o.local_heads("cross", cfg.decoder.attention_heads)), o.tau_init)
 
 
 def _with_tau_init(module, tau_init: float):
@@ -187,14 +207,19 @@ class RFATransformerDecoder(TransformerDecoder):
 
     def _begin_forward(self, prev_output_tokens, encoder_out, incremental_state) -> None:
         """Hand each RFA module what this forward needs beside its inputs: sentence starts for
-        the gates, and a new random-matrix draw held for the whole pass."""
-        needs_target = self.options.gate in SENTENCE_GATES  # the token and feature gates read no boundaries
-        needs_source = self.options.cross_gate
-        target_starts = source_starts = None
+        the gates and the local heads, the source's sentence ids for cross local heads, and a new
+        random-matrix draw held for the whole pass."""
+        o = self.options
+        local_causal = o.causal_local_heads > 0 and "causal" in o.attentions
+        local_cross = o.cross_local_heads > 0 and "cross" in o.attentions
+        # the token and feature gates read no boundaries
+        needs_target = o.gate in SENTENCE_GATES or local_causal or local_cross
+        needs_source = o.cross_gate
+        target_starts = source_starts = source_ids = None
         if needs_target:
             if self.target_separator is None:
-                raise RuntimeError("the sentential gate needs the target separator: build the model with the "
-                                   "doc_translation task")
+                raise RuntimeError("the sentential gate and the local heads need the target separator: build the "
+                                   "model with the doc_translation task")
             if incremental_state is not None:
                 # the current token starts a sentence when the token before it is a separator
                 target_starts = sentence_starts(prev_output_tokens[:, -2:], self.target_separator)[:, -1:]
@@ -204,9 +229,25 @@ class RFATransformerDecoder(TransformerDecoder):
             if self.source_separator is None:
                 raise RuntimeError("the cross gate needs the source separator: use the doc_translation task")
             source_starts = sentence_starts(encoder_out["src_tokens"][0], self.source_separator)
+        if local_cross and encoder_out is not None and encoder_out.get("src_tokens") and \
+                not self._source_cached(incremental_state):
+            if self.source_separator is None:
+                raise RuntimeError("cross local heads need the source separator: use the doc_translation task")
+            source_ids = sentence_ids(encoder_out["src_tokens"][0], self.source_separator)
         for module, side in self._rfa_modules():
-            module.hand_in(sentence_starts=target_starts if side == "target" else source_starts)
+            if side == "target":
+                module.hand_in(sentence_starts=target_starts)
+            else:
+                module.hand_in(sentence_starts=source_starts, target_sentence_starts=target_starts,
+                               source_sentence_ids=source_ids)
             module.random_matrices.begin_forward()
+
+    def _source_cached(self, incremental_state) -> bool:
+        """Whether decoding has cached the source in its cross attention (whose sentence ids then
+        need not be derived again: a step's work stays flat in the source's length)."""
+        if incremental_state is None:
+            return False
+        return any(module.has_source(incremental_state) for module, side in self._rfa_modules() if side == "source")
 
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
                          full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
@@ -269,6 +310,15 @@ class RFADocTransformerModel(DocTransformerModel):
                                  "b_t = sigmoid(w.x_t + c) per head, read as S_t^T q_t without a normaliser; the "
                                  "gate a_t of --rfa-gate none, sgate or token, as Gated Delta Networks, Yang et "
                                  "al. 2025)")
+        parser.add_argument("--rfa-causal-local-heads", type=int, metavar="N",
+                            help="decoder causal attention: N of its heads are causal softmax attention over "
+                                 "the current target sentence so far, the others RFA over the window "
+                                 "(Arora et al. 2024, Zhang et al. 2020; default 0)")
+        parser.add_argument("--rfa-cross-local-heads", type=int, metavar="N",
+                            help="cross attention: N of its heads are softmax attention over the source "
+                                 "sentence of the same index as the current target sentence (the last "
+                                 "one when the target has more), the others RFA over the whole source "
+                                 "(Arora et al. 2024, Zhang et al. 2020; default 0)")
         parser.add_argument("--rfa-norm-rescale", action="store_true",
                             help="cross attention: weight each key by exp(½ (|k|·d^-½ / τ)²), which the "
                                  "normalised feature map loses (the release's --norm-rescale)")

@@ -24,6 +24,12 @@ def sentence_starts(tokens: torch.Tensor, separator: int) -> torch.Tensor:
     return starts
 
 
+def sentence_ids_from_starts(starts: torch.Tensor) -> torch.Tensor:
+    """[batch, time] bool sentence starts (:func:`sentence_starts`) -> the ids :func:`sentence_ids`
+    gives the same tokens: the starts up to a token are the separators before it."""
+    return starts.long().cumsum(-1)
+
+
 def same_sentence_mask(query_ids: torch.Tensor, key_ids: torch.Tensor) -> torch.Tensor:
     """[batch, time_q], [batch, time_k] -> [batch, time_q, time_k] bool: same sentence."""
     return query_ids.unsqueeze(-1).eq(key_ids.unsqueeze(-2))

@@ -59,6 +59,9 @@ The package, by form (docs/design.md, "Three forms, one truth"):
   (:mod:`.triton_kernels`), for GPUs, where the eager step's dozen small operations are bound by
   their launches; chosen on CUDA tensors when Triton is installed, the eager step everywhere else;
 * :mod:`.delta`: the delta rule's reference, training (chunked, WY form) and incremental forms;
+* :mod:`.local`: local heads, softmax over the current sentence beside RFA over the window (Arora
+  et al. 2024; Zhang et al. 2020), in the same three forms; a module's first ``local_heads``
+  heads (``--rfa-causal-local-heads``, ``--rfa-cross-local-heads``);
 * :mod:`.layers`: the attention modules that fairseq's layers call.
 
 The causal forms share one signature, ``(phi_q, phi_k, v, log_forget, key_weight,
@@ -116,6 +119,17 @@ from .gates import (
 )
 from .incremental import causal_decoding_step, causal_rfa_step, incremental_causal_rfa
 from .layers import RandomFeatureCausalAttention, RandomFeatureCrossAttention
+from .local import (
+    incremental_local_causal_attention,
+    incremental_local_cross_attention,
+    local_attention,
+    local_causal_step,
+    local_cross_cache,
+    local_cross_step,
+    reference_causal_module,
+    reference_cross_module,
+    reference_local_attention,
+)
 from .reference import reference_causal_rfa, reference_cross_rfa, reference_per_feature_causal_rfa
 from .state import NORMALISER_FLOOR, join_state, split_state
 from .training import (
@@ -140,8 +154,10 @@ __all__ = [
     "cheapest_chunk_size", "chunked_causal_rfa", "chunked_delta_rule", "chunked_per_feature_causal_rfa", "cross_rfa",
     "cross_rfa_read", "cross_rfa_readout", "cross_rfa_summary", "cross_rfa_state", "delta_rule_step",
     "feature_gates", "feature_map_function", "feature_size", "final_key_weights", "incremental_causal_rfa",
-    "incremental_delta_rule", "join_state",
-    "l2_normalise", "module_seed", "norm_rescale_weights", "orthogonal_random_matrices", "positive_random_features",
-    "random_fourier_features", "reference_causal_rfa", "reference_cross_rfa", "reference_delta_rule",
-    "reference_per_feature_causal_rfa", "sentence_gates", "split_state", "token_gates",
+    "incremental_delta_rule", "incremental_local_causal_attention", "incremental_local_cross_attention",
+    "join_state", "l2_normalise", "local_attention", "local_causal_step", "local_cross_cache", "local_cross_step",
+    "module_seed", "norm_rescale_weights", "orthogonal_random_matrices", "positive_random_features",
+    "random_fourier_features", "reference_causal_module", "reference_causal_rfa", "reference_cross_module",
+    "reference_cross_rfa", "reference_delta_rule", "reference_local_attention", "reference_per_feature_causal_rfa",
+    "sentence_gates", "split_state", "token_gates",
 ]

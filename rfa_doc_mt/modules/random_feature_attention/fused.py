@@ -32,9 +32,9 @@ Which path runs: every RFA module has a ``decoding_path`` (:func:`set_decoding_p
 ``"auto"`` (the default) fuses on CUDA tensors when Triton is installed and nothing needs a
 gradient, and keeps the eager path everywhere else (on a CPU, the eager path is unchanged);
 ``"eager"`` never fuses; ``"fused"`` always does (on CPU tensors only under Triton's interpreter,
-``TRITON_INTERPRET=1``, which is how the tests check the kernels without a GPU). A causal
-attention with the delta rule (``--rfa-update delta``, :mod:`.delta`) has no kernel: it takes the
-eager step on every path.
+``TRITON_INTERPRET=1``, which is how the tests check the kernels without a GPU). Two modules have
+no kernel and take the eager step on every path: a causal attention with the delta rule
+(``--rfa-update delta``, :mod:`.delta`) and a module with local softmax heads (:mod:`.local`).
 
 CUDA graphs were not used: beam search shrinks the batch as sentences finish (a new shape, so a
 new graph, at most steps), fairseq's search runs Python between steps, and a graph of the decoder
@@ -69,11 +69,13 @@ def uses_fused_decoding(module: nn.Module, tensor: Optional[Tensor]) -> bool:
     """Whether ``module`` decodes ``tensor`` (its step's input, or its decoding state) with the
     fused kernels: see the module docstring. The same answer for a module's step and its reorders.
     Never for a causal attention whose state follows the delta rule (``state_update="delta"``,
-    :mod:`.delta`): the kernels add to the state, so it decodes eagerly on every path, "fused" too."""
+    :mod:`.delta`: the kernels add to the state) nor for a module with local softmax heads
+    (:mod:`.local`: the kernels compute RFA heads only): those decode eagerly on every path."""
     if getattr(module, "state_update", "add") != "add":
         return False
     path = module.decoding_path
-    if tensor is None or path == "eager" or (tensor.requires_grad and torch.is_grad_enabled()):
+    if tensor is None or path == "eager" or getattr(module, "local_heads", 0) or \
+            (tensor.requires_grad and torch.is_grad_enabled()):
         return False
     if path == "fused":
         return True

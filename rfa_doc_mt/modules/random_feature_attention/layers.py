@@ -11,6 +11,7 @@ from fairseq.incremental_decoding_utils import with_incremental_state
 from torch import Tensor, nn
 
 from ..hand_off import HandOff
+from ..sentences import sentence_ids_from_starts
 from .delta import DELTA_GATES, STATE_UPDATES, chunked_delta_rule, delta_rule_step
 from .features import (
     FEATURE_MAPS,
@@ -35,6 +36,15 @@ from .gates import (
     token_gates,
 )
 from .incremental import PREFIX_NAMES, causal_decoding_step
+from .local import (
+    LOCAL_CROSS_NAMES,
+    aligned_ids,
+    local_attention,
+    local_causal_step,
+    local_cross_cache,
+    local_cross_step,
+    source_key_ids,
+)
 from .state import column_major_state, is_column_major, normalised, select_rows
 from .training import (
     CHUNK_SIZE,
@@ -68,7 +78,11 @@ def full_precision(x: Tensor):
 
 
 class _RandomFeatureAttentionBase(HandOff, nn.Module):
-    """What causal and cross RFA share: projections, random matrices, τ, feature map, gate."""
+    """What causal and cross RFA share: projections, random matrices, τ, feature map, gate.
+
+    With ``local_heads = N`` the first N heads are softmax attention over the current sentence
+    (:mod:`.local`) and the other ``rfa_heads`` are RFA: the random matrices, τ and the gates are
+    the RFA heads' only; the projections serve every head."""
 
     # the gate reads the query input (causal) or the encoder output (cross, ``kdim`` wide)
     gate_on_keys = False
@@ -80,28 +94,32 @@ class _RandomFeatureAttentionBase(HandOff, nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, kdim: Optional[int] = None,
                  feature_map: str = "fourier", learned_tau: bool = False, gate: str = "none",
                  gate_bias_init: float = 0.0, use_gate: bool = False, gate_rank: int = FEATURE_GATE_RANK,
-                 gate_temperature: float = FEATURE_GATE_TEMPERATURE):
+                 gate_temperature: float = FEATURE_GATE_TEMPERATURE, local_heads: int = 0):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim {embed_dim} is not divisible by {num_heads} heads")
+        if not 0 <= local_heads < num_heads:
+            raise ValueError(f"{local_heads} local heads of {num_heads}: expected 0 to {num_heads - 1} (at least one "
+                             f"head stays RFA)")
         if feature_map not in FEATURE_MAPS:
             raise ValueError(f"unknown feature map {feature_map!r}; expected one of {FEATURE_MAPS}")
         if gate not in GATE_VARIANTS:
             raise ValueError(f"unknown gate {gate!r}; expected one of {GATE_VARIANTS}")
         self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.local_heads, self.rfa_heads = local_heads, num_heads - local_heads
         self.head_dim = embed_dim // num_heads
         self.kdim = kdim or embed_dim
         self.feature_map = feature_map
         self.features = feature_size(feature_map, num_projections)
-        self.random_matrices = RandomMatrices(num_heads, num_projections, self.head_dim, seed)
-        self.tau = nn.Parameter(torch.ones(num_heads)) if learned_tau else None
+        self.random_matrices = RandomMatrices(self.rfa_heads, num_projections, self.head_dim, seed)
+        self.tau = nn.Parameter(torch.ones(self.rfa_heads)) if learned_tau else None
         self.gate_variant = gate if use_gate else "none"
         # one gate per head: w_f, b_f of §3.2 (sentential, from the representation of the token
         # before) or w_g, b_g of Peng et al. (2021) §3.3 (token, from the token's own)
-        self.gate_proj = nn.Linear(self.kdim if self.gate_on_keys else embed_dim, num_heads) \
+        self.gate_proj = nn.Linear(self.kdim if self.gate_on_keys else embed_dim, self.rfa_heads) \
             if self.gate_variant in SENTENCE_GATES + ("token",) else None
         # GLA's low-rank gate (Yang et al. 2024 §4.4): one decay per head and feature, σ(·)^{1/τ}
-        self.feature_gate = LowRankFeatureGate(embed_dim, num_heads, self.features, gate_rank, gate_bias_init) \
+        self.feature_gate = LowRankFeatureGate(embed_dim, self.rfa_heads, self.features, gate_rank, gate_bias_init) \
             if self.gate_variant == "feature" else None
         self.gate_temperature = gate_temperature
         self.out_proj = nn.Linear(embed_dim, embed_dim)
@@ -181,12 +199,18 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
     ``sgate`` by its key weight only, and the per-feature gate are refused. Its incremental state:
     ``delta_state`` [batch, heads, F, dv] (beside the gates' entries and the feature map's); the
     fused decoding step (:mod:`.fused`) is never taken for it.
+
+    ``local_heads`` (:mod:`.local`): the first heads are causal softmax over the current sentence
+    so far (the sentence starts handed in, ``hand_in(sentence_starts=...)``); decoding keeps the
+    current sentence's keys and values for them (:data:`.local.LOCAL_CAUSAL_NAMES`), dropped when a
+    new sentence starts. The RFA heads keep what is listed above, ``heads`` being theirs.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, feature_map: str = "fourier",
                  learned_tau: bool = False, gate: str = "none", gate_bias_init: float = 2.0,
                  chunk_size: int = CHUNK_SIZE, gate_rank: int = FEATURE_GATE_RANK,
-                 gate_temperature: float = FEATURE_GATE_TEMPERATURE, update: str = "add"):
+                 gate_temperature: float = FEATURE_GATE_TEMPERATURE, update: str = "add",
+                 local_heads: int = 0):
         if update not in STATE_UPDATES:
             raise ValueError(f"unknown state update {update!r}; expected one of {STATE_UPDATES}")
         if update == "delta" and gate not in DELTA_GATES:
@@ -195,12 +219,12 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
                              "rule does not apply; feature decays each feature)")
         super().__init__(embed_dim, num_heads, num_projections, seed, feature_map=feature_map,
                          learned_tau=learned_tau, gate=gate, gate_bias_init=gate_bias_init, use_gate=gate != "none",
-                         gate_rank=gate_rank, gate_temperature=gate_temperature)
+                         gate_rank=gate_rank, gate_temperature=gate_temperature, local_heads=local_heads)
         self.chunk_size = chunk_size
         self.state_update = update
         self.in_proj = nn.Linear(embed_dim, 3 * embed_dim)  # q, k, v in one matmul
-        # the delta rule's write strength β_t = σ(w_β·x_t + b_β), one per head
-        self.beta_proj = nn.Linear(embed_dim, num_heads) if update == "delta" else None
+        # the delta rule's write strength β_t = σ(w_β·x_t + b_β), one per RFA head
+        self.beta_proj = nn.Linear(embed_dim, self.rfa_heads) if update == "delta" else None
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -213,7 +237,7 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
         self._reset_common()
 
     def write_strengths(self, x: Tensor) -> Tensor:
-        """The delta rule's β = σ(w_β·x + b_β): [..., embed_dim] → [..., heads] fp32."""
+        """The delta rule's β = σ(w_β·x + b_β): [..., embed_dim] → [..., RFA heads] fp32."""
         return torch.sigmoid(F.linear(x.float(), self.beta_proj.weight.float(), self.beta_proj.bias.float()))
 
     def forward(self, query: Tensor, key: Optional[Tensor] = None, value: Optional[Tensor] = None,
@@ -225,21 +249,28 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
             return self._step(query, key_padding_mask, incremental_state), None
         time, batch, _ = query.shape
         q, k, v = self._split_qkv(query)
+        local = self.local_heads
         with full_precision(query):
             random_matrix = self.random_matrices()
-            phi_q, phi_k = self.features_of(q, random_matrix), self.features_of(k, random_matrix)
+            phi_q, phi_k = self.features_of(q[:, local:], random_matrix), self.features_of(k[:, local:], random_matrix)
             log_forget, key_weight = self._gates(query, key_padding_mask)
             if self.state_update == "delta":  # only padding weighs its write (class docstring)
-                beta = self.write_strengths(query).permute(1, 2, 0)  # [batch, heads, time]
-                out, _ = chunked_delta_rule(phi_q, phi_k, v, beta, log_forget, self._padding_weights(key_padding_mask),
-                                            chunk_size=self.chunk_size, final_state=False)
-                return self.out_proj(self._merge_heads(out, v.dtype)), None
-            if self.gate_variant == "feature":  # chunks of a power of two (training.chunked_per_feature_causal_rfa)
-                chunk_size = min(self.chunk_size, PER_FEATURE_CHUNK_SIZE)
+                beta = self.write_strengths(query).permute(1, 2, 0)  # [batch, RFA heads, time]
+                out, _ = chunked_delta_rule(phi_q, phi_k, v[:, local:], beta, log_forget,
+                                            self._padding_weights(key_padding_mask), chunk_size=self.chunk_size,
+                                            final_state=False)
             else:
-                chunk_size = cheapest_chunk_size(time, phi_q.size(-1), self.head_dim, longest=self.chunk_size)
-            out, _ = chunked_causal_rfa(phi_q, phi_k, v, log_forget, key_weight, chunk_size=chunk_size,
-                                        final_state=False)
+                if self.gate_variant == "feature":  # chunks of a power of two (chunked_per_feature_causal_rfa)
+                    chunk_size = min(self.chunk_size, PER_FEATURE_CHUNK_SIZE)
+                else:
+                    chunk_size = cheapest_chunk_size(time, phi_q.size(-1), self.head_dim, longest=self.chunk_size)
+                out, _ = chunked_causal_rfa(phi_q, phi_k, v[:, local:], log_forget, key_weight,
+                                            chunk_size=chunk_size, final_state=False)
+        if local:
+            ids = sentence_ids_from_starts(self.handed("sentence_starts", (batch, time), "its local heads"))
+            local_out = local_attention(q[:, :local], k[:, :local], v[:, :local], ids, ids, key_padding_mask,
+                                        causal=True)
+            out = torch.cat([local_out, out.to(local_out.dtype)], 1)
         return self.out_proj(self._merge_heads(out, v.dtype)), None
 
     def _split_qkv(self, query: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
@@ -250,7 +281,7 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
 
     def _gates(self, query: Tensor, key_padding_mask: Optional[Tensor]):
         """log_forget [batch, heads, time] (the feature gate: [batch, heads, time, F]) and key_weight
-        [batch, heads, time] for the whole sequence (:mod:`.gates`)."""
+        [batch, heads, time] for the whole sequence (:mod:`.gates`), of the RFA heads."""
         time, batch, _ = query.shape
         if self.gate_variant == "none":
             return None, self._padding_weights(key_padding_mask)
@@ -264,11 +295,11 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
         return sentence_gates(logits, starts, self.gate_variant, padding)
 
     def _padding_weights(self, key_padding_mask: Optional[Tensor]) -> Optional[Tensor]:
-        """[batch, heads, time]: 0 at padding, 1 elsewhere (None without padding)."""
+        """[batch, RFA heads, time]: 0 at padding, 1 elsewhere (None without padding)."""
         if key_padding_mask is None or not key_padding_mask.any():
             return None
         batch, time = key_padding_mask.shape
-        return (~key_padding_mask.bool()).unsqueeze(1).float().expand(batch, self.num_heads, time)
+        return (~key_padding_mask.bool()).unsqueeze(1).float().expand(batch, self.rfa_heads, time)
 
     def _step(self, query: Tensor, key_padding_mask: Optional[Tensor], incremental_state) -> Tensor:
         """One token: query [1, batch, embed_dim] → [1, batch, embed_dim]."""
@@ -277,16 +308,20 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
         batch = query.size(1)
         buffer = self._get_input_buffer(incremental_state)
         qkv = self.in_proj(query[0]).view(batch, 3, self.num_heads, self.head_dim)
+        local_out = None
+        if self.local_heads:
+            local_out = self._local_step(qkv[:, :, :self.local_heads], key_padding_mask, buffer)
+        rfa_qkv = qkv[:, :, self.local_heads:]
         with full_precision(query):
             fused = uses_fused_decoding(self, qkv)  # one kernel from q, k, v to the output (fused.py)
             if not fused:
                 # decoding is inference: the fixed evaluation matrix, whatever the mode. q̂ and k̂
                 # head-major, [heads, batch x (q, k), head_dim]: one product for both
-                units = unit_vectors(qkv[:, :2].permute(2, 0, 1, 3))
-                phi = self.decoding_features(buffer)(units.view(self.num_heads, 2 * batch, self.head_dim))
-                phi = phi.view(self.num_heads, batch, 2, -1).transpose(0, 1)  # [batch, heads, (q, k), F]
+                units = unit_vectors(rfa_qkv[:, :2].permute(2, 0, 1, 3))
+                phi = self.decoding_features(buffer)(units.view(self.rfa_heads, 2 * batch, self.head_dim))
+                phi = phi.view(self.rfa_heads, batch, 2, -1).transpose(0, 1)  # [batch, heads, (q, k), F]
                 phi_q, phi_k = phi[:, :, 0], phi[:, :, 1]
-                v = qkv[:, 2].float()
+                v = rfa_qkv[:, 2].float()
             forget = key_weight = None
             if self.gate_variant in ("token", "feature"):  # from this token alone: the training form's gates
                 log_forget, key_weight = self._gates(query, None)
@@ -306,25 +341,37 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
                     buffer["key_weight"] = key_weight
             keep = None
             if key_padding_mask is not None and key_padding_mask.any():
-                keep = (~key_padding_mask[:, -1].bool()).float().unsqueeze(-1).expand(batch, self.num_heads)
+                keep = (~key_padding_mask[:, -1].bool()).float().unsqueeze(-1).expand(batch, self.rfa_heads)
                 key_weight = keep if key_weight is None else key_weight * keep
                 if forget is not None:  # a gate of 1 on padding (per head, or for every feature of it)
-                    rows = keep.bool().view(batch, self.num_heads, *([1] * (forget.dim() - 2)))
+                    rows = keep.bool().view(batch, self.rfa_heads, *([1] * (forget.dim() - 2)))
                     forget = torch.where(rows, forget, torch.ones_like(forget))
             if self.state_update == "delta":  # eager (uses_fused_decoding: never fused); only padding weighs
                 beta = self.write_strengths(query[0])
                 out, buffer["delta_state"] = delta_rule_step(phi_q, phi_k, v, beta, buffer.get("delta_state"),
                                                              forget, keep)
-                self._set_input_buffer(incremental_state, buffer)
-                return self.out_proj(out.to(qkv.dtype).reshape(1, batch, self.embed_dim))
-            prefix = {name: buffer.get(name) for name in PREFIX_NAMES}
-            if fused:
-                out = fused_causal_step(qkv, self.decoding_features(buffer), prefix, forget, key_weight)
             else:
-                out = causal_decoding_step(phi_q, phi_k, v, prefix, forget, key_weight)
-            buffer.update(prefix)
+                prefix = {name: buffer.get(name) for name in PREFIX_NAMES}
+                if fused:
+                    out = fused_causal_step(qkv, self.decoding_features(buffer), prefix, forget, key_weight)
+                else:
+                    out = causal_decoding_step(phi_q, phi_k, v, prefix, forget, key_weight)
+                buffer.update(prefix)
         self._set_input_buffer(incremental_state, buffer)
-        return self.out_proj(out.to(qkv.dtype).reshape(1, batch, self.embed_dim))
+        out = out.to(qkv.dtype)
+        if local_out is not None:
+            out = torch.cat([local_out, out], 1)
+        return self.out_proj(out.reshape(1, batch, self.embed_dim))
+
+    def _local_step(self, qkv: Tensor, key_padding_mask: Optional[Tensor], buffer: Dict[str, Optional[Tensor]]
+                    ) -> Tensor:
+        """The local heads' step (:func:`.local.local_causal_step`): qkv [batch, 3, local heads,
+        head_dim] → [batch, local heads, head_dim]; their keys live in ``buffer``."""
+        batch = qkv.size(0)
+        starts = self.handed("sentence_starts", (batch, 1), "its local heads")[:, 0]
+        real = None if key_padding_mask is None else ~key_padding_mask[:, -1].bool()
+        q, k, v = qkv.unbind(1)
+        return local_causal_step(q, k, v, buffer, starts, real)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         """Beam search: rows of every state tensor follow ``new_order`` (over batch*beam).
@@ -371,17 +418,26 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
     With ``cross_gate`` the source summary is the final state of the gated recurrence over
     the source (sentence starts of the source, gates from the encoder output of the token
     before); the paper found it hurt BLEU, so it is off by default (appendix A.2).
+
+    ``local_heads`` (:mod:`.local`): the first heads are softmax over the source sentence aligned
+    with the query's target sentence; the model hands in the target's sentence starts and the
+    source's sentence ids (``hand_in(target_sentence_starts=..., source_sentence_ids=...)``, the
+    ids needed until the source is cached). Decoding keeps, once per source, their keys and values
+    and the source's per-sentence index (:data:`.local.LOCAL_CROSS_NAMES`), and per row the target
+    sentence of its last token (``local_sentence``).
     """
 
     gate_on_keys = True
 
     def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, kdim: Optional[int] = None,
                  feature_map: str = "fourier", learned_tau: bool = False, gate: str = "none",
-                 gate_bias_init: float = 2.0, cross_gate: bool = False, norm_rescale: bool = False):
+                 gate_bias_init: float = 2.0, cross_gate: bool = False, norm_rescale: bool = False,
+                 local_heads: int = 0):
         if cross_gate and gate not in SENTENCE_GATES:
             raise ValueError(f"cross gating needs a sentential gate (sgate or sgate-avg), not {gate!r}")
         super().__init__(embed_dim, num_heads, num_projections, seed, kdim=kdim, feature_map=feature_map,
-                         learned_tau=learned_tau, gate=gate, gate_bias_init=gate_bias_init, use_gate=cross_gate)
+                         learned_tau=learned_tau, gate=gate, gate_bias_init=gate_bias_init, use_gate=cross_gate,
+                         local_heads=local_heads)
         self.norm_rescale = norm_rescale
         self.q_proj = nn.Linear(embed_dim, embed_dim)
         self.kv_proj = nn.Linear(self.kdim, 2 * embed_dim)
@@ -418,10 +474,21 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
     def _source_projections(self, key: Tensor, key_padding_mask: Optional[Tensor],
                             sentence_starts: Optional[Tensor]) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
         """k [batch, heads, source, head_dim] (before the feature map), v fp32 and the keys'
-        weights (as :meth:`_source_keys`)."""
+        weights (as :meth:`_source_keys`), of the RFA heads."""
+        return self._rfa_source(*self._source_heads(key), key, key_padding_mask, sentence_starts)
+
+    def _source_heads(self, key: Tensor) -> Tuple[Tensor, Tensor]:
+        """key [source, batch, kdim] → k, v [batch, heads, source, head_dim] of every head."""
         source, batch, _ = key.shape
         kv = self.kv_proj(key).view(source, batch, 2, self.num_heads, self.head_dim)
-        k, v = kv.permute(2, 1, 3, 0, 4).unbind(0)  # [batch, heads, source, head_dim]
+        k, v = kv.permute(2, 1, 3, 0, 4).unbind(0)
+        return k, v
+
+    def _rfa_source(self, k: Tensor, v: Tensor, key: Tensor, key_padding_mask: Optional[Tensor],
+                    sentence_starts: Optional[Tensor]) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+        """The RFA heads' part of :meth:`_source_heads` (k, v of every head), as :meth:`_source_projections`."""
+        k, v = k[:, self.local_heads:], v[:, self.local_heads:]
+        batch, _, source, _ = k.shape
         with full_precision(key):
             padding = key_padding_mask.bool() if key_padding_mask is not None and key_padding_mask.any() else None
             if self.gate_variant != "none":
@@ -433,22 +500,24 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
                 key_weight = final_key_weights(log_forget, key_weight)
             else:
                 key_weight = None if padding is None else \
-                    (~padding).unsqueeze(1).float().expand(batch, self.num_heads, source)
+                    (~padding).unsqueeze(1).float().expand(batch, self.rfa_heads, source)
             if self.norm_rescale:
                 rescale = norm_rescale_weights(k, self.tau, padding)
                 key_weight = rescale if key_weight is None else key_weight * rescale
             return k, v.float(), key_weight
 
     def _decoding_summary(self, key: Tensor, key_padding_mask: Optional[Tensor],
-                          sentence_starts: Optional[Tensor]) -> Dict[str, Tensor]:
+                          sentence_starts: Optional[Tensor],
+                          source_heads: Optional[Tuple[Tensor, Tensor]] = None) -> Dict[str, Tensor]:
         """What decoding keeps of the sources (:func:`.training.cross_rfa_summary`), with the
-        evaluation matrix.
+        evaluation matrix (``source_heads``: :meth:`_source_heads` of ``key``, if computed already).
 
         The state is built a few sources at a time: φ(K) of a whole batch can be many times its
         states (96 sources of 375 tokens: 590 MB against 102 MB), and each part drops the columns
         where all its sources are padding (weight 0: they add nothing to the sums)."""
         random_matrix = self.random_matrices.eval_matrix
-        k, v, key_weight = self._source_projections(key, key_padding_mask, sentence_starts)
+        k, v, key_weight = self._rfa_source(*(source_heads or self._source_heads(key)), key, key_padding_mask,
+                                            sentence_starts)
         batch, heads, source, _ = k.shape
         with full_precision(key):
             # the fused step reads the state form only (fused.py)
@@ -488,16 +557,24 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
         The source is summarised in whichever exact form costs less (:func:`.training.cross_rfa_summary`):
         in training for the ``time`` queries that read it once, in decoding for every step."""
         time, batch, _ = query.shape
+        q = self.q_proj(query)
+        local_width = self.local_heads * self.head_dim
+        q_rfa = q[..., local_width:]  # the local heads come first (q itself without local heads)
         if incremental_state is None:
             random_matrix = self.random_matrices()
             starts = self.handed_or_none("sentence_starts")
-            k, v, key_weight = self._source_projections(key, key_padding_mask, starts)
+            k_all, v_all = self._source_heads(key)
+            k, v, key_weight = self._rfa_source(k_all, v_all, key, key_padding_mask, starts)
             if self.feature_map == "fourier" and \
                     keys_form_is_cheaper(k.size(2), self.features, self.head_dim + 1, reads=time):
-                return self.out_proj(self._fourier_keys_read(query, k, v, key_weight, random_matrix)), None
-            with full_precision(key):
-                summary = cross_rfa_summary(self.features_of(k, random_matrix), v, key_weight, reads=time)
-            return self.out_proj(self._read(query, summary, random_matrix=random_matrix)), None
+                out = self._fourier_keys_read(q_rfa, k, v, key_weight, random_matrix)
+            else:
+                with full_precision(key):
+                    summary = cross_rfa_summary(self.features_of(k, random_matrix), v, key_weight, reads=time)
+                out = self._read(q_rfa, summary, random_matrix=random_matrix)
+            if self.local_heads:
+                out = torch.cat([self._local_attention(q[..., :local_width], k_all, v_all, key_padding_mask), out], -1)
+            return self.out_proj(out), None
         # decoding is inference: the fixed evaluation matrix, whatever the mode
         buffer = self._get_input_buffer(incremental_state)
         summary = {name: buffer[name] for name in SUMMARY_NAMES if buffer.get(name) is not None}
@@ -505,6 +582,8 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
             if key is None:
                 raise ValueError("cross attention needs the encoder output on its first call")
             starts = self.handed_or_none("sentence_starts")
+            source_ids = self.handed("source_sentence_ids", (batch, key.size(0)), "its local heads") \
+                if self.local_heads else None
             if self.beam_size > 1:
                 # rows are [sentence, beam] with equal sources: one summary per sentence
                 if batch % self.beam_size:
@@ -512,61 +591,108 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
                 key = key[:, ::self.beam_size]
                 key_padding_mask = key_padding_mask[::self.beam_size] if key_padding_mask is not None else None
                 starts = starts[::self.beam_size] if starts is not None else None
-            summary = self._decoding_summary(key, key_padding_mask, starts)
+                source_ids = source_ids[::self.beam_size] if source_ids is not None else None
+            k_all, v_all = self._source_heads(key)
+            summary = self._decoding_summary(key, key_padding_mask, starts, source_heads=(k_all, v_all))
             buffer.update(summary)
+            if self.local_heads:
+                buffer.update(local_cross_cache(k_all[:, :self.local_heads], v_all[:, :self.local_heads],
+                                                source_key_ids(source_ids, key_padding_mask)))
             self._set_input_buffer(incremental_state, buffer)
-        out = self._read(query, summary, rows=buffer.get("rows"), feature_map=self.decoding_features(buffer))
+        out = self._read(q_rfa, summary, rows=buffer.get("rows"), feature_map=self.decoding_features(buffer))
+        if self.local_heads:
+            out = torch.cat([self._local_step(q[..., :local_width], buffer), out], -1)
+            self._set_input_buffer(incremental_state, buffer)
         return self.out_proj(out), None
 
-    def _fourier_keys_read(self, query: Tensor, k: Tensor, v: Tensor, key_weight: Optional[Tensor],
+    def has_source(self, incremental_state) -> bool:
+        """Whether decoding has read the source already (it is then cached, and the source's
+        sentence ids need not be handed in again)."""
+        buffer = self._get_input_buffer(incremental_state)
+        return any(buffer.get(name) is not None for name in SUMMARY_NAMES)
+
+    def _local_attention(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
+        """The local heads' training form (:func:`.local.local_attention`): q [time, batch, local
+        heads x head_dim], k and v of every head (:meth:`_source_heads`) → [time, batch, local heads x head_dim]."""
+        time, batch, width = q.shape
+        local = self.local_heads
+        target_ids = sentence_ids_from_starts(self.handed("target_sentence_starts", (batch, time), "its local heads"))
+        source_ids = self.handed("source_sentence_ids", (batch, k.size(2)), "its local heads")
+        query_ids, key_ids = aligned_ids(target_ids, source_ids, key_padding_mask)
+        heads_q = q.view(time, batch, local, self.head_dim).permute(1, 2, 0, 3)
+        out = local_attention(heads_q, k[:, :local], v[:, :local], query_ids, key_ids, key_padding_mask)
+        return out.permute(2, 0, 1, 3).reshape(time, batch, width)
+
+    def _local_step(self, q: Tensor, buffer: Dict[str, Optional[Tensor]]) -> Tensor:
+        """The local heads' decoding step (:func:`.local.local_cross_step`): q [1, batch, local heads
+        x head_dim] → the same shape; the row's target sentence advances at the starts handed in."""
+        time, batch, width = q.shape
+        if time != 1:
+            raise ValueError("incremental cross attention with local heads takes one token per call")
+        starts = self.handed("target_sentence_starts", (batch, 1), "its local heads")[:, 0].long()
+        sentence = buffer.get("local_sentence")
+        sentence = starts if sentence is None else sentence + starts
+        buffer["local_sentence"] = sentence
+        rows = buffer.get("rows")
+        stored = buffer[LOCAL_CROSS_NAMES[0]].size(0)
+        sources = stored if rows is None else rows.numel()
+        source_of_row = torch.arange(batch, device=q.device) // (batch // sources)
+        if rows is not None:
+            source_of_row = rows.index_select(0, source_of_row)
+        cache = {name: buffer[name] for name in LOCAL_CROSS_NAMES}
+        out = local_cross_step(q.view(batch, self.local_heads, self.head_dim), cache, source_of_row, sentence)
+        return out.reshape(1, batch, width)
+
+    def _fourier_keys_read(self, q: Tensor, k: Tensor, v: Tensor, key_weight: Optional[Tensor],
                            random_matrix: Tensor) -> Tensor:
         """The training form's read through the source's keys with the Fourier map
         (:func:`.training.fourier_keys_numerator`: features made and used one head at a time):
-        query [time, batch, embed_dim], k and v [batch, heads, source, head_dim] and the keys'
-        weights (as :meth:`_source_projections`) → [time, batch, embed_dim]."""
-        time, batch, _ = query.shape
-        q = self.q_proj(query)
-        with full_precision(query):
-            q_units = unit_vectors(q.view(time, batch, self.num_heads, self.head_dim).permute(2, 1, 0, 3))
+        the RFA heads' queries q [time, batch, heads x head_dim] (projected), k and v [batch, heads,
+        source, head_dim] and the keys' weights (as :meth:`_source_projections`) → [time, batch,
+        heads x head_dim]."""
+        time, batch, width = q.shape
+        with full_precision(q):
+            q_units = unit_vectors(q.view(time, batch, self.rfa_heads, self.head_dim).permute(2, 1, 0, 3))
             k_units = unit_vectors(k.transpose(0, 1))
             values = weighted_values(v, key_weight).transpose(0, 1)
             projection = projection_of(random_matrix, self.tau).float()
             out = normalised(fourier_keys_numerator(q_units, k_units, values, projection))  # heads first
-            out = out.permute(2, 1, 0, 3).reshape(time, batch, self.embed_dim)
+            out = out.permute(2, 1, 0, 3).reshape(time, batch, width)
         return out.to(q.dtype)
 
-    def _read(self, query: Tensor, summary: Dict[str, Tensor], rows: Optional[Tensor] = None,
+    def _read(self, q: Tensor, summary: Dict[str, Tensor], rows: Optional[Tensor] = None,
               random_matrix: Optional[Tensor] = None, feature_map: Optional[DecodingFeatureMap] = None) -> Tensor:
-        """query [time, batch, embed_dim], a source summary of ``stored`` sources → [time, batch, embed_dim].
+        """The RFA heads' queries q [time, batch, heads x head_dim] (projected), a source summary of
+        ``stored`` sources → [time, batch, heads x head_dim].
 
         The batch holds ``batch // sources`` consecutive rows (beams) per source; source i reads
         summary row ``rows[i]`` (``rows`` None: row i). The features of the queries come from
         ``feature_map`` (decoding) or else from ``random_matrix`` (the training form)."""
-        time, batch, _ = query.shape
+        time, batch, width = q.shape
+        heads = self.rfa_heads
         stored = next(iter(summary.values())).size(0)
         sources = stored if rows is None else rows.numel()
         beams = batch // sources
-        q = self.q_proj(query)
         if feature_map is not None and time == 1 and uses_fused_decoding(self, q):  # one kernel (fused.py)
-            out = fused_cross_read(q.view(batch, self.num_heads, self.head_dim), feature_map, summary, rows)
-            return out.view(1, batch, self.embed_dim)
-        with full_precision(query):
-            heads_q = q.view(time, sources, beams, self.num_heads, self.head_dim)
+            out = fused_cross_read(q.view(batch, heads, self.head_dim), feature_map, summary, rows)
+            return out.view(1, batch, width)
+        with full_precision(q):
+            heads_q = q.view(time, sources, beams, heads, self.head_dim)
             # phi_q [sources, heads, beams*time, F]: the beams of a source read the same summary
             if feature_map is None:
-                heads_q = heads_q.permute(1, 3, 2, 0, 4).reshape(sources, self.num_heads, -1, self.head_dim)
+                heads_q = heads_q.permute(1, 3, 2, 0, 4).reshape(sources, heads, -1, self.head_dim)
                 phi_q = self.features_of(heads_q, random_matrix)
             else:  # head-major for one product over heads, then viewed per source
-                units = unit_vectors(heads_q.permute(3, 1, 2, 0, 4)).view(self.num_heads, -1, self.head_dim)
-                phi_q = feature_map(units).view(self.num_heads, sources, beams * time, -1).transpose(0, 1)
+                units = unit_vectors(heads_q.permute(3, 1, 2, 0, 4)).view(heads, -1, self.head_dim)
+                phi_q = feature_map(units).view(heads, sources, beams * time, -1).transpose(0, 1)
             if rows is None:
                 out = cross_rfa_read(phi_q, summary)
             else:
                 # queries of finished sentences are zero (their output, 0 / floor, is dropped)
                 all_rows = phi_q.new_zeros((stored,) + phi_q.shape[1:]).index_copy_(0, rows, phi_q)
                 out = cross_rfa_read(all_rows, summary).index_select(0, rows)
-            out = out.view(sources, self.num_heads, beams, time, self.head_dim)
-            out = out.permute(3, 0, 2, 1, 4).reshape(time, batch, self.embed_dim)
+            out = out.view(sources, heads, beams, time, self.head_dim)
+            out = out.permute(3, 0, 2, 1, 4).reshape(time, batch, width)
         return out.to(q.dtype)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
@@ -576,11 +702,16 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
         which stored summary each remaining sentence reads, and the summary is compacted only once
         a quarter of it is unused. Gathering it on every step a sentence finishes would copy it
         nearly every step (a state is [sentences, heads, F, dv + 1]); this way the copies stay a
-        bounded multiple of one summary and each step reads at most 4/3 of the summaries it needs."""
+        bounded multiple of one summary and each step reads at most 4/3 of the summaries it needs.
+        The local heads' source cache goes with the summary; the target sentence of each row
+        (``local_sentence``) follows the beams."""
         buffer = self._get_input_buffer(incremental_state)
-        names = [name for name in SUMMARY_NAMES if buffer.get(name) is not None]
+        names = [name for name in SUMMARY_NAMES + LOCAL_CROSS_NAMES if buffer.get(name) is not None]
         if not names:
             return incremental_state
+        if buffer.get("local_sentence") is not None:
+            buffer["local_sentence"] = buffer["local_sentence"].index_select(0, new_order)
+            self._set_input_buffer(incremental_state, buffer)
         stored = buffer[names[0]].size(0)
         rows = buffer.get("rows")
         active = stored if rows is None else rows.numel()
