@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Why RFA learns slowly (docs/models.md): RFA with each of its attentions alone (the other one
-# softmax), 4 x the cross projections, positive features and τ fixed, beside the transformer and RFA,
+# Why RFA learns slowly, and remedies (docs/models.md): RFA with each of its attentions alone (the other one
+# softmax), 4 x the cross projections, positive features, τ fixed, and the remedies (the delta rule,
+# softmax heads over the current sentence), beside the transformer and RFA,
 # at L = 15 on the long-range corpus (RFA-sgate, as the context-length experiment): learning curves of validation
 # s-BLEU at a small fixed budget and where each model's cross attention looks.
 # usage: scripts/reproduce_rfa_diagnosis_long.sh [--out DIR] [--jobs N] [--smoke] (--help for more)

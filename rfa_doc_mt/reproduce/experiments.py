@@ -137,15 +137,22 @@ def context_length_systems() -> List[Tuple[str, System]]:
 
 
 # The diagnosis of RFA's slow learning (docs/models.md): RFA with each of its attentions alone (the
-# other softmax), more random features, the other feature map and τ fixed, beside the transformer
-# and RFA, at Table 1's L = 4 (RFA without a gate, as Table 1's RFA row) and at L = 15 on the
-# long-range corpus (RFA-sgate, as the context-length experiment's)
+# other softmax), more random features, the other feature map and τ fixed, and the remedies, beside
+# the transformer and RFA, at Table 1's L = 4 (RFA without a gate, as Table 1's RFA row) and at L = 15
+# on the long-range corpus (RFA-sgate, as the context-length experiment's)
 DIAGNOSIS_VARIANTS = (
     ("rfa_causal", "RFA in causal attention only", ("--rfa-attention", "causal")),
     ("rfa_cross", "RFA in cross attention only", ("--rfa-attention", "cross")),
     ("rfa_cross_features", "RFA, 4 x the cross projections", ("--rfa-cross-proj-dim", "256")),
     ("rfa_positive", "RFA, positive features", ("--rfa-feature-map", "positive")),
     ("rfa_fixed_tau", "RFA, τ fixed at 1", ("--rfa-fixed-tau",)),
+    # the remedies (docs/models.md): the delta rule in causal attention, softmax heads over the
+    # current sentence beside RFA in causal, cross or both attentions (2 of the 4 heads)
+    ("rfa_delta", "RFA, the delta rule in causal attention", ("--rfa-update", "delta")),
+    ("rfa_causal_local", "RFA, 2 causal heads softmax over the current sentence", ("--rfa-causal-local-heads", "2")),
+    ("rfa_cross_local", "RFA, 2 cross heads softmax over the current sentence", ("--rfa-cross-local-heads", "2")),
+    ("rfa_local", "RFA, 2 causal and 2 cross heads softmax over the current sentence",
+     ("--rfa-causal-local-heads", "2", "--rfa-cross-local-heads", "2")),
 )
 
 
@@ -195,19 +202,20 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                convergence=CONTEXT_LENGTH_CONVERGENCE,
                converged_rows=None,
                converged_seeds={row: 2 for row, _ in context_length_systems() if row.endswith("_L15")}),
-    Experiment("rfa_diagnosis", "Why RFA learns slowly: its attentions, features and τ at L = 4", "Wu et al. 2022",
+    Experiment("rfa_diagnosis", "Why RFA learns slowly, and remedies: its attentions, features and τ at L = 4",
+               "Wu et al. 2022",
                {EMBEDDED: diagnosis_systems(demo("transformer_L4", "Transformer"), demo("rfa_L4", "RFA"),
                                             "diagnosis")},
                False, table_rfa_diagnosis, evaluates=("test", "attention"), budget=DIAGNOSIS_BUDGET.cap,
-               bleu_budget=DIAGNOSIS_BUDGET, in_all=False, smoke_rows=("rfa", "rfa_causal")),
-    Experiment("rfa_diagnosis_long", "Why RFA learns slowly: its attentions, features and τ at L = 15 on the "
-               "long-range corpus", "Wu et al. 2022",
+               bleu_budget=DIAGNOSIS_BUDGET, in_all=False, smoke_rows=("rfa", "rfa_causal", "rfa_local")),
+    Experiment("rfa_diagnosis_long", "Why RFA learns slowly, and remedies: its attentions, features and τ at "
+               "L = 15 on the long-range corpus", "Wu et al. 2022",
                {EMBEDDED: diagnosis_systems(System("Transformer", "configs/context/transformer_L15.sh"),
                                             System("RFA-sgate", "configs/context/rfa_sgate_L15.sh"),
                                             "diagnosis-long")},
                False, table_rfa_diagnosis, evaluates=("test", "attention"), embedded_data="data-long-range",
                budget=DIAGNOSIS_LONG_BUDGET.cap, bleu_budget=DIAGNOSIS_LONG_BUDGET, in_all=False,
-               smoke_rows=("rfa_cross",)),
+               smoke_rows=("rfa_cross", "rfa_delta")),
 ]}
 for _experiment in EXPERIMENTS.values():
     _experiment.script = f"scripts/reproduce_{_experiment.name}.sh"
