@@ -219,3 +219,22 @@ def test_fused_hypotheses_are_counted_where_they_differ_and_tabled():
     table = decode_table({"summary": [summary], "settings": {"dtype": "fp32", "beam": 4},
                           "machine": {"device": "cuda", "gpu": "H100"}, "commit": {"commit": "abcdef0"}})
     assert "| fp32: fused hypotheses differing from eager (windows) | 1 / 3 |" in table
+
+
+def test_rfa_variants_are_named_and_tabled_beside_the_transformer():
+    """--rfa-variant NAME="OPTIONS" builds RFA with more options (rfa-NAME), tabled as tokens/s and
+    as a ratio to the transformer's."""
+    from rfa_doc_mt.bench.decode_speed import parse_variants
+    from rfa_doc_mt.bench.speed_table import decode_table
+
+    assert parse_variants(['local=--rfa-gate sgate --rfa-cross-local-heads 4', "delta=--rfa-update delta"]) == {
+        "rfa-local": ["--rfa-gate", "sgate", "--rfa-cross-local-heads", "4"], "rfa-delta": ["--rfa-update", "delta"]}
+    for bad in (["local"], ["=--rfa-update delta"], ["a b=--x"], ["x=-a", "x=-b"]):
+        with pytest.raises(SystemExit):
+            parse_variants(bad)
+    summary = {"window_size": 15, "batch_size": 3, "tokens_per_second": {"transformer": 10.0, "rfa": 9.0,
+                                                                        "rfa-local": 20.0},
+               "over_transformer": {"rfa-local": 2.0}}
+    table = decode_table({"summary": [summary], "settings": {"dtype": "fp32", "beam": 4},
+                          "machine": {"cpu": "CPU"}, "commit": {"commit": "abcdef0"}})
+    assert "| fp32: rfa-local tokens/s | 20 |" in table and "| fp32: rfa-local / transformer | 2.00 |" in table

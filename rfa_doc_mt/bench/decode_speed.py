@@ -46,6 +46,9 @@ randomly initialised (only speed is measured), for each window size L, with beam
 * ``--rfa-gates sgate,token,feature`` decodes RFA with these causal gates too (``rfa-<gate>``,
   the same batches in the same alternation): ``over_rfa`` and ``over_sgate`` in the summary are
   their tokens/s ÷ ungated RFA's and ÷ RFA-sgate's, the cost of a gate beside its quality.
+* ``--rfa-variant NAME="OPTIONS"`` (repeatable) decodes RFA built with more model options too
+  (``rfa-NAME``, e.g. ``local="--rfa-gate sgate --rfa-causal-local-heads 4 --rfa-cross-local-heads
+  4"``): ``over_transformer`` in the summary is each variant's tokens/s ÷ the transformer's.
 
 The JSON holds the machine, the commit, the settings and every run; ``plot`` draws the
 speedup per L from it (a separate step, so plots can be redrawn without re-running).
@@ -449,6 +452,8 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
             if name in speeds:
                 summary[key] = speeds[name] / speeds[CEILING]
     gated = [name for name in speeds if name.startswith("rfa-")]
+    if gated:
+        summary["over_transformer"] = {name: speeds[name] / speeds["transformer"] for name in gated}
     for baseline, key in (("rfa", "over_rfa"), ("rfa-sgate", "over_sgate")):
         if gated and baseline in speeds:
             summary[key] = {name: speeds[name] / speeds[baseline] for name in gated if name != baseline}
@@ -499,6 +504,10 @@ def run(args) -> Dict:
     unknown = [gate for gate in rfa_gates if gate not in GATE_VARIANTS]
     if unknown:
         raise SystemExit(f"--rfa-gates {args.rfa_gates}: unknown gates {unknown}; expected {GATE_VARIANTS}")
+    variants = parse_variants(args.rfa_variant or [])
+    clash = sorted(set(variants) & {f"rfa-{gate}" for gate in rfa_gates})
+    if clash:
+        raise SystemExit(f"--rfa-variant names {clash} as --rfa-gates does: give the variant another name")
     if args.batch_sizes:
         explicit = [int(x) for x in args.batch_sizes.split(",")]
         if min(explicit) < 1:
@@ -516,7 +525,7 @@ def run(args) -> Dict:
                            "paper_batch_sizes": {L: PAPER_BATCH_SIZES[L] for L in window_sizes},
                            "batches_per_window_size": num_batches, "models": architectures,
                            "rfa_decoding": {DECODING_PATHS[path]: path for path in paths}, "dtype": args.dtype,
-                           "rfa_gates": rfa_gates,
+                           "rfa_gates": rfa_gates, "rfa_variants": variants,
                            "seed": args.seed, "quick": bool(args.quick), "tiny": bool(args.tiny),
                            "kernel_counts": args.kernel_counts and
                            f"steps {[2 ** i for i in range(args.kernel_counts)]} of a quarter of the first batch: "
@@ -539,6 +548,9 @@ def run(args) -> Dict:
         for gate in rfa_gates:
             models[f"rfa-{gate}"] = build_model(task, architectures["rfa"], args.seed, args.max_positions, device,
                                                 dtype, options=["--rfa-gate", gate])
+        for name, options in variants.items():
+            models[name] = build_model(task, architectures["rfa"], args.seed, args.max_positions, device, dtype,
+                                       options=options)
         if not args.no_ceiling:
             models[CEILING] = remove_decoder_attention(
                 build_model(task, architectures["transformer"], args.seed, args.max_positions, device, dtype))
@@ -553,6 +565,23 @@ def run(args) -> Dict:
         if args.out:  # what is measured so far, in case the run is cut short
             write_json(dict(result, partial=f"up to L = {window_size}"), args.out)
     return record_load_at_end(result)
+
+
+def parse_variants(specs: List[str]) -> Dict[str, List[str]]:
+    """``["local=--rfa-causal-local-heads 4", ...]`` → {"rfa-local": ["--rfa-causal-local-heads", "4"], ...}."""
+    import shlex
+
+    variants: Dict[str, List[str]] = {}
+    for spec in specs:
+        name, equals, options = spec.partition("=")
+        if not equals or not name.strip() or not options.strip() or not name.strip().replace("-", "").isalnum():
+            raise SystemExit(f"--rfa-variant {spec!r}: expected NAME=\"OPTIONS\" (a name of letters, digits and "
+                             "dashes, and the RFA model's options)")
+        key = f"rfa-{name.strip()}"
+        if key in variants:
+            raise SystemExit(f"--rfa-variant: {name.strip()!r} is given twice")
+        variants[key] = shlex.split(options)
+    return variants
 
 
 def decoding_paths(args) -> List[str]:
@@ -695,6 +724,9 @@ def main(argv=None) -> int:
     run_parser.add_argument("--rfa-gates", metavar="GATE[,GATE...]",
                             help="also decode RFA with these causal gates (sgate, sgate-avg, token, feature), "
                                  "beside ungated RFA: what a gate costs in decoding")
+    run_parser.add_argument("--rfa-variant", action="append", metavar='NAME="OPTIONS"',
+                            help="also decode RFA built with these model options (repeatable), e.g. "
+                                 'local="--rfa-gate sgate --rfa-causal-local-heads 4 --rfa-cross-local-heads 4"')
     run_parser.add_argument("--no-ceiling", action="store_true",
                             help="skip the third model, the transformer without decoder attention "
                                  "(the bound on any attention's speedup)")

@@ -31,6 +31,11 @@ def decode_table(result: Dict) -> str:
                         (CEILING, "ceiling")):
         if any(name in s["tokens_per_second"] for s in summary):
             rows.append([f"{dtype}: {label} tokens/s"] + [_number(s["tokens_per_second"].get(name)) for s in summary])
+    others = sorted({name for s in summary for name in s["tokens_per_second"] if name.startswith("rfa-")})
+    for name in others:  # --rfa-gates, --rfa-variant
+        rows.append([f"{dtype}: {name} tokens/s"] + [_number(s["tokens_per_second"].get(name)) for s in summary])
+        rows.append([f"{dtype}: {name} / transformer"] +
+                    [_number(s.get("over_transformer", {}).get(name), 2) for s in summary])
     for key, label in (("speedup", "**RFA eager / transformer**"), ("fused_speedup", "**RFA fused / transformer**"),
                        ("fused_over_eager", "RFA fused / RFA eager"), ("ceiling_speedup", "ceiling / transformer"),
                        ("rfa_fused_share_of_ceiling", "RFA fused / ceiling")):
