@@ -1210,9 +1210,16 @@ def _generate(model, dictionary, src, beam=4, max_len=12):
     return generator.generate([model], sample)
 
 
-@pytest.mark.parametrize("gate", GATES)
-def test_beam_search_batched_equals_one_sentence_at_a_time(gate):
-    model, dictionary = tiny_model(gate)
+# beside every gate: softmax heads over the current sentence (test_rfa_local.py) and the delta rule
+# (test_rfa_delta.py), whose decoding keeps other state
+BEAM_SEARCH_MODELS = [(gate, ()) for gate in GATES] + [
+    ("none", ("--rfa-cross-local-heads", "2", "--rfa-causal-local-heads", "2")),
+    ("sgate", ("--rfa-update", "delta"))]
+
+
+@pytest.mark.parametrize("gate,extra", BEAM_SEARCH_MODELS)
+def test_beam_search_batched_equals_one_sentence_at_a_time(gate, extra):
+    model, dictionary = tiny_model(gate, extra=extra)
     generator = torch.Generator().manual_seed(9)
     src = model_windows(3, 15, 3, generator, lengths=[15, 9, 12])
     batched = _generate(model, dictionary, src)

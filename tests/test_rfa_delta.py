@@ -12,7 +12,6 @@ from test_rfa import (
     EOS,
     PAD,
     SEP,
-    _generate,
     _load_fla_naive,
     gates_of,
     model_windows,
@@ -427,18 +426,3 @@ def test_the_delta_rule_refuses_what_it_cannot_update():
     model, _ = tiny_model()  # the default: additive RFA, no β
     assert all(layer.self_attn.state_update == "add" and layer.self_attn.beta_proj is None
                for layer in model.decoder.layers)
-
-
-def test_beam_search_with_the_delta_rule_batched_equals_one_sentence_at_a_time():
-    model, dictionary = tiny_model("sgate", extra=["--rfa-update", "delta"])
-    generator = torch.Generator().manual_seed(9)
-    src = model_windows(3, 15, 3, generator, lengths=[15, 9, 12])
-    batched = _generate(model, dictionary, src)
-    terms = delta_model_terms(model, source=15, target=12) + len(dictionary) + 12
-    for row, length in enumerate([15, 9, 12]):
-        alone = _generate(model, dictionary, src[row:row + 1, :length])[0]
-        for hypothesis, expected in zip(batched[row], alone):
-            assert torch.equal(hypothesis["tokens"], expected["tokens"])
-            assert_fp32_close(hypothesis["score"], expected["score"], terms,
-                              magnitude=hypothesis["positional_scores"].abs().max().item(), name="beam score")
-

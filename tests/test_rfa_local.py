@@ -15,7 +15,6 @@ from test_rfa import (
     EOS,
     PAD,
     SEP,
-    _generate,
     causal_module_terms,
     decay_terms,
     model_windows,
@@ -537,20 +536,6 @@ def test_tiny_model_with_local_heads_trains_and_decodes_as_one_pass(update):
     real = prev.ne(PAD).unsqueeze(-1)
     assert_fp32_close(torch.cat(steps, 1) * real, full * real, rfa_model_terms(model, source=17, target=21),
                       name="decoder with local heads full-incremental")
-
-
-def test_beam_search_with_local_heads_batched_equals_one_sentence_at_a_time():
-    model, dictionary = tiny_model("none", extra=LOCAL_OPTIONS)
-    generator = torch.Generator().manual_seed(9)
-    src = model_windows(3, 15, 3, generator, lengths=[15, 9, 12])
-    batched = _generate(model, dictionary, src)
-    for row, length in enumerate([15, 9, 12]):
-        alone = _generate(model, dictionary, src[row:row + 1, :length])[0]
-        for hypothesis, expected in zip(batched[row], alone):
-            assert torch.equal(hypothesis["tokens"], expected["tokens"])
-            terms = rfa_model_terms(model, source=15, target=12, vocabulary=len(dictionary)) + 12
-            assert_fp32_close(hypothesis["score"], expected["score"], terms,
-                              magnitude=hypothesis["positional_scores"].abs().max().item(), name="beam score")
 
 
 def test_local_heads_options_are_checked():

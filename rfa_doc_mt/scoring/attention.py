@@ -17,14 +17,14 @@ share is signed, and sums to 1 over the source. Printed per decoder layer and he
 head spreading its weight evenly over the window's real tokens would give (``uniform``)."""
 
 import argparse
-import json
 import sys
 from typing import Dict, List, Optional
 
 import torch
 from torch import Tensor
 
-from ..data.io import DataError, atomic_write
+from ..data.io import DataError
+from ..provenance import write_json
 
 
 def softmax_cross_weights(module, query: Tensor, key: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
@@ -157,8 +157,7 @@ def main(argv=None) -> Dict:
         print(f"  layer {layer}: mean {result['per_layer'][layer]:.3f}; heads " +
               " ".join(f"{share:.3f}" for share in heads))
     if args.json:
-        with atomic_write(args.json) as handle:
-            json.dump(result, handle, indent=2)
+        write_json(result, args.json)
     return result
 
 
