@@ -13,9 +13,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 WORDS = 20
 
 
-def model_and_inputs(arch, seed=0):
+def model_and_inputs(arch, seed=0, options=()):
     dictionary, separator = toy_dictionary(WORDS)
-    model = build_model(arch, dictionary_task(dictionary, separator), seed=1)
+    model = build_model(arch, dictionary_task(dictionary, separator), *options, seed=1)
     generator = torch.Generator().manual_seed(seed)
     source, batch = 9, 3
     query = torch.randn(5, batch, model.decoder.embed_dim, generator=generator)
@@ -37,18 +37,30 @@ def test_softmax_weights_are_fairseqs_own():
     assert weights[1, :, :, 6:].abs().max() == 0  # padding gets nothing
 
 
-def test_rfa_weights_reproduce_the_modules_output():
+@pytest.mark.parametrize("local_heads", [0, 2])
+def test_rfa_weights_reproduce_the_modules_output(local_heads):
     """Σ_i w_ti v_i through the output projection is what the RFA cross module computes (eval mode:
-    the evaluation matrix)."""
-    module, query, key, padding = model_and_inputs("rfa_doc_transformer_tiny")
+    the evaluation matrix), with local softmax heads over the aligned source sentence too."""
+    from rfa_doc_mt.modules.sentences import sentence_ids, sentence_starts
+
+    options = ("--rfa-cross-local-heads", str(local_heads)) if local_heads else ()
+    module, query, key, padding = model_and_inputs("rfa_doc_transformer_tiny", options=options)
+    sep = 3
+    source_tokens = torch.tensor([[5, 6, sep, 7, 8, 9, sep, 10, 11]] * 3)  # three sentences of source
+    target_tokens = torch.tensor([[5, sep, 6, 7, sep]] * 3)  # two sentences so far, a third starting
+    module.hand_in(target_sentence_starts=sentence_starts(target_tokens, sep),
+                   source_sentence_ids=sentence_ids(source_tokens, sep))
     with torch.no_grad():
         expected, _ = module(query, key, key, key_padding_mask=padding)
         weights = attention.cross_weights(module, query, key, padding)
-        _, v, _ = module._source_projections(key, padding, None)
-        read = (weights @ v).permute(2, 0, 1, 3).reshape(5, 3, module.embed_dim)
+        _, v = module._source_heads(key)
+        read = (weights @ v.float()).permute(2, 0, 1, 3).reshape(5, 3, module.embed_dim)
         out = module.out_proj(read)
+    module.hand_in()
     assert torch.allclose(weights.sum(-1), torch.ones(()), atol=1e-5)
     assert weights[1, :, :, 6:].abs().max() == 0
+    if local_heads:  # target sentence j reads source sentence j: tokens 3-5 from its third target token on
+        assert weights[0, :local_heads, 3, :3].abs().max() == 0 and weights[0, :local_heads, 3, 7:].abs().max() == 0
     assert_fp32_close(out, expected, terms=2 * module.embed_dim + module.features + 9, magnitude=1.0)
 
 

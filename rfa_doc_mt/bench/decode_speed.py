@@ -362,7 +362,9 @@ def count_kernels(model, dataset, indices: List[int], beam: int, device: str, co
 
 
 def decode_batch(model, dataset, indices: List[int], beam: int, device: str,
-                 step_context: Optional[Callable] = None) -> Dict:
+                 step_context: Optional[Callable] = None, hypotheses: Optional[List[torch.Tensor]] = None) -> Dict:
+    """Decode a batch (forced lengths) and time it; the best hypotheses ([batch, length], on the CPU)
+    are appended to ``hypotheses`` when given."""
     from fairseq import utils
 
     sample = utils.move_to_cuda(dataset.collater([dataset[i] for i in indices]), device=torch.device(device)) \
@@ -374,13 +376,14 @@ def decode_batch(model, dataset, indices: List[int], beam: int, device: str,
     best = forced_length_beam_search(model, sample, beam, dataset.pad, dataset.eos, timer, step_context)
     timer.sync()
     wall = time.perf_counter() - start
+    if hypotheses is not None:
+        hypotheses.append(best.cpu())
     tokens = int(sample["target"].ne(dataset.pad).sum())
     index = dataset.index
     sentences = index.current_sentence[indices] - index.first_sentence[indices] + 1
     return {"windows": len(indices), "tokens": tokens, "mean_sentences_per_window": float(np.mean(sentences)),
             "source_tokens": int(sample["net_input"]["src_tokens"].ne(dataset.pad).sum()),
-            "forward_seconds": timer.forward_seconds, "reorder_seconds": timer.reorder_seconds, "wall_seconds": wall,
-            "hypotheses": best.cpu()}
+            "forward_seconds": timer.forward_seconds, "reorder_seconds": timer.reorder_seconds, "wall_seconds": wall}
 
 
 def profile_batch(model, dataset, indices: List[int], beam: int, device: str, top: int) -> List[Dict]:
@@ -422,8 +425,7 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
     for number, indices in enumerate(batches):
         order = list(models) if number % 2 == 0 else list(reversed(list(models)))
         for name in order:
-            figures = decode_batch(models[name], dataset, indices, args.beam, device)
-            hypotheses[name].append(figures.pop("hypotheses"))
+            figures = decode_batch(models[name], dataset, indices, args.beam, device, hypotheses=hypotheses[name])
             figures.update({"window_size": window_size, "model": name, "batch": number,
                             "batch_size": len(indices),
                             "tokens_per_second": figures["tokens"] / figures["forward_seconds"]})

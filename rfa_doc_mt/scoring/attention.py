@@ -41,20 +41,33 @@ def softmax_cross_weights(module, query: Tensor, key: Tensor, key_padding_mask: 
 
 
 def rfa_cross_weights(module, query: Tensor, key: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
-    """Random feature cross attention's weights [batch, heads, target, source], fp32, normalised
-    by their sum (the RFA readout's normaliser, floored as the readout floors it)."""
+    """Random feature cross attention's weights [batch, heads, target, source], fp32: its RFA heads'
+    normalised by their sum (the RFA readout's normaliser, floored as the readout floors it) and,
+    where it has local heads (softmax over the aligned source sentence, ``--rfa-cross-local-heads``),
+    theirs first. Read while the decoder's hand-off (sentence ids and starts) is in place."""
     from ..modules.random_feature_attention import NORMALISER_FLOOR
+    from ..modules.random_feature_attention.local import aligned_ids, local_mask
+    from ..modules.sentences import sentence_ids_from_starts
 
     target, batch, _ = query.shape
-    starts = module.handed_or_none("sentence_starts")
-    k, _, key_weight = module._source_projections(key, key_padding_mask, starts)
+    local = module.local_heads
+    q = module.q_proj(query).view(target, batch, module.num_heads, module.head_dim).permute(1, 2, 0, 3).float()
+    k_all, _ = module._source_heads(key)
+    k, _, key_weight = module._rfa_source(k_all, k_all, key, key_padding_mask, module.handed_or_none("sentence_starts"))
     matrix = module.random_matrices.eval_matrix
-    q = module.q_proj(query).view(target, batch, module.num_heads, module.head_dim).permute(1, 2, 0, 3)
-    phi_q, phi_k = module.features_of(q.float(), matrix), module.features_of(k.float(), matrix)
+    phi_q, phi_k = module.features_of(q[:, local:], matrix), module.features_of(k.float(), matrix)
     weights = phi_q @ phi_k.transpose(-1, -2)
     if key_weight is not None:
         weights = weights * key_weight.float().unsqueeze(-2)
-    return weights / weights.sum(-1, keepdim=True).clamp_min(NORMALISER_FLOOR)
+    weights = weights / weights.sum(-1, keepdim=True).clamp_min(NORMALISER_FLOOR)
+    if not local:
+        return weights
+    target_ids = sentence_ids_from_starts(module.handed("target_sentence_starts", (batch, target), "its local heads"))
+    source_ids = module.handed("source_sentence_ids", (batch, key.size(0)), "its local heads")
+    visible = local_mask(*aligned_ids(target_ids, source_ids, key_padding_mask), key_padding_mask)
+    logits = (q[:, :local] @ k_all[:, :local].float().transpose(-1, -2)) * module.head_dim ** -0.5
+    local_weights = logits.masked_fill(~visible, float("-inf")).softmax(-1)
+    return torch.cat([local_weights, weights], 1)
 
 
 def cross_weights(module, query: Tensor, key: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
@@ -94,8 +107,14 @@ def current_sentence_share(model, dataset, separator: int, pad: int, windows: in
         raise DataError("no window of more than one sentence to read")
     layers = model.decoder.layers
     captured: List[tuple] = []
+
+    def read(index, module, args, kwargs):  # before the call: the decoder's hand-off is in place
+        query = kwargs.get("query", args[0] if args else None)
+        key = kwargs.get("key", args[1] if len(args) > 1 else None)
+        captured.append((index, cross_weights(module, query, key, kwargs.get("key_padding_mask"))))
+
     hooks = [layer.encoder_attn.register_forward_pre_hook(
-        lambda module, args, kwargs, index=index: captured.append((index, module, args, kwargs)), with_kwargs=True)
+        lambda module, args, kwargs, index=index: read(index, module, args, kwargs), with_kwargs=True)
         for index, layer in enumerate(layers)]
     totals = torch.zeros(len(layers), layers[0].encoder_attn.num_heads, dtype=torch.float64)
     uniform, tokens = 0.0, 0
@@ -107,10 +126,7 @@ def current_sentence_share(model, dataset, separator: int, pad: int, windows: in
             source, current = current_sentence_masks(sample["net_input"]["src_tokens"], sample["target"], separator,
                                                      pad)
             real = sample["net_input"]["src_tokens"].ne(pad)
-            for index, module, args, kwargs in captured:
-                query = kwargs.get("query", args[0] if args else None)
-                key = kwargs.get("key", args[1] if len(args) > 1 else None)
-                weights = cross_weights(module, query, key, kwargs.get("key_padding_mask"))  # [b, h, t, s]
+            for index, weights in captured:  # [batch, heads, target, source]
                 share = (weights * source[:, None, None, :]).sum(-1)  # [batch, heads, target]
                 totals[index] += (share * current[:, None, :]).sum((0, 2)).double()
             tokens += int(current.sum())
