@@ -140,29 +140,35 @@ def context_length_systems() -> List[Tuple[str, System]]:
 # other softmax), more random features, the other feature map and τ fixed, and the remedies, beside
 # the transformer and RFA, at Table 1's L = 4 (RFA without a gate, as Table 1's RFA row) and at L = 15
 # on the long-range corpus (RFA-sgate, as the context-length experiment's)
-DIAGNOSIS_VARIANTS = (
-    ("rfa_causal", "RFA in causal attention only", ("--rfa-attention", "causal")),
-    ("rfa_cross", "RFA in cross attention only", ("--rfa-attention", "cross")),
-    ("rfa_cross_features", "RFA, 4 x the cross projections", ("--rfa-cross-proj-dim", "256")),
-    ("rfa_positive", "RFA, positive features", ("--rfa-feature-map", "positive")),
-    ("rfa_fixed_tau", "RFA, τ fixed at 1", ("--rfa-fixed-tau",)),
-    # the remedies (docs/models.md): the delta rule in causal attention, softmax heads over the
-    # current sentence beside RFA in causal, cross or both attentions (2 of the 4 heads)
-    ("rfa_delta", "RFA, the delta rule in causal attention", ("--rfa-update", "delta")),
-    ("rfa_causal_local", "RFA, 2 causal heads softmax over the current sentence", ("--rfa-causal-local-heads", "2")),
-    ("rfa_cross_local", "RFA, 2 cross heads softmax over the current sentence", ("--rfa-cross-local-heads", "2")),
-    ("rfa_local", "RFA, 2 causal and 2 cross heads softmax over the current sentence",
-     ("--rfa-causal-local-heads", "2", "--rfa-cross-local-heads", "2")),
-)
+def diagnosis_variants(cross: int, causal: int) -> Tuple[Tuple[str, str, Tuple[str, ...]], ...]:
+    """(row, label, options) of the diagnosis's variants of RFA with ``cross`` and ``causal``
+    projections."""
+    return (
+        ("rfa_causal", "RFA in causal attention only", ("--rfa-attention", "causal")),
+        ("rfa_cross", "RFA in cross attention only", ("--rfa-attention", "cross")),
+        ("rfa_cross_features", "RFA, 4 x the cross projections", ("--rfa-cross-proj-dim", str(4 * cross))),
+        ("rfa_causal_features", "RFA, 4 x the causal projections", ("--rfa-causal-proj-dim", str(4 * causal))),
+        ("rfa_positive", "RFA, positive features", ("--rfa-feature-map", "positive")),
+        ("rfa_fixed_tau", "RFA, τ fixed at 1", ("--rfa-fixed-tau",)),
+        # the remedies (docs/models.md): the delta rule in causal attention, softmax heads over the
+        # current sentence beside RFA in causal, cross or both attentions (2 of the 4 heads)
+        ("rfa_delta", "RFA, the delta rule in causal attention", ("--rfa-update", "delta")),
+        ("rfa_causal_local", "RFA, 2 causal heads softmax over the current sentence",
+         ("--rfa-causal-local-heads", "2")),
+        ("rfa_cross_local", "RFA, 2 cross heads softmax over the current sentence", ("--rfa-cross-local-heads", "2")),
+        ("rfa_local", "RFA, 2 causal and 2 cross heads softmax over the current sentence",
+         ("--rfa-causal-local-heads", "2", "--rfa-cross-local-heads", "2")),
+    )
 
 
-def diagnosis_systems(transformer: System, rfa: System, prefix: str) -> List[Tuple[str, System]]:
+def diagnosis_systems(transformer: System, rfa: System, prefix: str, cross: int, causal: int
+                      ) -> List[Tuple[str, System]]:
     """The diagnosis's rows: runs of their own (``prefix``-row), never a table's run of the same config
-    at another budget."""
-    rows = [(row_id, System(system.label, system.config, name=f"{prefix}-{row_id}"))
+    at another budget; RFA's rows with ``cross`` and ``causal`` projections, as ``rfa`` trains."""
+    rows = [(row_id, System(system.label, system.config, name=f"{prefix}-{row_id}", overrides=system.overrides))
             for row_id, system in (("transformer", transformer), ("rfa", rfa))]
-    for row_id, label, options in DIAGNOSIS_VARIANTS:
-        rows.append((row_id, System(label, rfa.config, name=f"{prefix}-{row_id}", overrides=options)))
+    for row_id, label, options in diagnosis_variants(cross, causal):
+        rows.append((row_id, System(label, rfa.config, name=f"{prefix}-{row_id}", overrides=rfa.overrides + options)))
     return rows
 
 
@@ -204,15 +210,18 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                converged_seeds={row: 2 for row, _ in context_length_systems() if row.endswith("_L15")}),
     Experiment("rfa_diagnosis", "Why RFA learns slowly, and remedies: its attentions, features and τ at L = 4",
                "Wu et al. 2022",
-               {EMBEDDED: diagnosis_systems(demo("transformer_L4", "Transformer"), demo("rfa_L4", "RFA"),
-                                            "diagnosis")},
+               # RFA as Table 1's search chose it at L = 4: 64 cross and 32 causal projections (search.py)
+               {EMBEDDED: diagnosis_systems(demo("transformer_L4", "Transformer"),
+                                            System("RFA", "configs/demo/rfa_L4.sh",
+                                                   overrides=("--rfa-causal-proj-dim", "32")),
+                                            "diagnosis", cross=64, causal=32)},
                False, table_rfa_diagnosis, evaluates=("test", "attention"), budget=DIAGNOSIS_BUDGET.cap,
                bleu_budget=DIAGNOSIS_BUDGET, in_all=False, smoke_rows=("rfa", "rfa_causal", "rfa_local")),
     Experiment("rfa_diagnosis_long", "Why RFA learns slowly, and remedies: its attentions, features and τ at "
                "L = 15 on the long-range corpus", "Wu et al. 2022",
                {EMBEDDED: diagnosis_systems(System("Transformer", "configs/context/transformer_L15.sh"),
                                             System("RFA-sgate", "configs/context/rfa_sgate_L15.sh"),
-                                            "diagnosis-long")},
+                                            "diagnosis-long", cross=64, causal=16)},
                False, table_rfa_diagnosis, evaluates=("test", "attention"), embedded_data="data-long-range",
                budget=DIAGNOSIS_LONG_BUDGET.cap, bleu_budget=DIAGNOSIS_LONG_BUDGET, in_all=False,
                smoke_rows=("rfa_cross", "rfa_delta")),
