@@ -233,8 +233,7 @@ def test_the_diagnosis_trains_a_fixed_budget_validated_on_bleu_and_reads_the_cro
     their curves and where their cross attention looks."""
     out, done = smoke_all
     assert "diagnosis-" not in done.stderr  # `all` trains none of it
-    for name, rows in (("rfa_diagnosis", ["rfa", "rfa_causal", "rfa_local"]),
-                       ("rfa_diagnosis_long", ["rfa_cross", "rfa_delta"])):
+    for name, rows in (("rfa_diagnosis", ["rfa_causal", "rfa_local"]), ("rfa_diagnosis_long", ["rfa_delta"])):
         completed = reproduce(name, "--smoke", "--out", str(out), "--jobs", "2")
         assert completed.returncode == 0, completed.stderr[-3000:]
         data = json.loads((out / f"{name}.json").read_text())
@@ -248,7 +247,7 @@ def test_the_diagnosis_trains_a_fixed_budget_validated_on_bleu_and_reads_the_cro
         assert "| valid 2 | valid 4 | best valid | selected at |" in text and "Fixed budget" in text
         assert (out / f"{name}_curves.png").stat().st_size > 0
     options = {row["row"]: row["options"] for row in data["rows"]}
-    assert options == {"rfa_cross": ["--rfa-attention", "cross"], "rfa_delta": ["--rfa-update", "delta"]}
+    assert options == {"rfa_delta": ["--rfa-update", "delta"]}
 
 
 def test_each_script_resumes_and_prints_its_table(smoke_all):
