@@ -312,9 +312,12 @@ def run_benchmark(kind: str, out: str, corpus_data: str, smoke: bool) -> dict:
         plot = [python, "-m", "rfa_doc_mt.bench.training_memory", "plot", path, "--out",
                 os.path.join(out, "lsh_table2_memory.png")]
     log(f"{kind}: {shlex.join(command)} (log: {bench_dir}/{kind}.log)")
+    # this checkout first on the benchmark's path, the caller's path after it
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [ROOT] + [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]))
     with open(os.path.join(bench_dir, f"{kind}.log"), "w", encoding="utf-8") as handle:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                                   env=dict(os.environ, PYTHONPATH=ROOT))
+                                   env=environment)
         for line in process.stdout:  # progress: the benchmark's own per-setting lines, not fairseq's logging
             handle.write(line)
             handle.flush()
@@ -322,7 +325,7 @@ def run_benchmark(kind: str, out: str, corpus_data: str, smoke: bool) -> dict:
                 log(f"{kind}: {line.strip()}")
         if process.wait() != 0:
             raise DataError(f"{kind} benchmark failed; see {bench_dir}/{kind}.log")
-    subprocess.run(plot, check=True, capture_output=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    subprocess.run(plot, check=True, capture_output=True, cwd=ROOT, env=environment)
     return read_json(path)
 
 

@@ -44,10 +44,11 @@ VARIABLE = "RFA_DOC_MT_WARM_START"
 # read once, when torch or numpy load: a client must agree with the server on them
 FIXED_AT_IMPORT = ("ATEN_CPU_CAPABILITY", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PYTHONHASHSEED",
                    "KMP_AFFINITY", "GOMP_CPU_AFFINITY", "CUDA_VISIBLE_DEVICES", "TORCH_LOGS")
-# what the server imports before it listens
+# what the server imports before it listens; torch._dynamo: torch imports it (2-3 s) when the first
+# optimizer is built, in every training run
 PRELOADED = ("rfa_doc_mt", "fairseq_cli.train", "fairseq_cli.generate", "fairseq_cli.validate",
              "rfa_doc_mt.fairseq_command", "rfa_doc_mt.scoring.consistency", "rfa_doc_mt.generation.translate",
-             "rfa_doc_mt.data.prepare")
+             "rfa_doc_mt.data.prepare", "torch._dynamo")
 REFUSED = -1000  # the status a server sends for a run it will not do
 
 
@@ -188,6 +189,19 @@ def _run_fork(connection: socket.socket, identity: dict, warning_defaults: List)
     return status
 
 
+def _end_children() -> None:
+    """End the processes the run started and left running, as its interpreter's exit would: data
+    loader workers (fairseq-generate's --num-workers) otherwise outlive ``os._exit`` until their
+    watchdog notices (up to 5 s), holding the client's output pipe open until then."""
+    import multiprocessing
+
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    for child in children:
+        child.join(timeout=5)
+
+
 def serve(path: str) -> None:
     for module in PRELOADED:
         importlib.import_module(module)
@@ -215,6 +229,10 @@ def serve(path: str) -> None:
                 except BaseException:  # noqa: BLE001
                     traceback.print_exc()
                 finally:
+                    try:
+                        _end_children()
+                    except BaseException:  # noqa: BLE001
+                        traceback.print_exc()
                     for stream in (sys.stdout, sys.stderr):
                         try:
                             stream.flush()
