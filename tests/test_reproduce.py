@@ -538,3 +538,22 @@ def test_every_family_translates_raw_text_as_decode_sh(smoke_all, family, one_th
     translator = Translator(str(run_dir / "checkpoint_best.pt"), str(data), cpu=True)
     translated = [line for document in translator.translate(documents) for line in document]
     assert translated == read_lines(str(run_dir / "test.hyp"))
+
+
+def test_gpus_are_asked_of_torch_only_where_a_gpu_driver_is(monkeypatch):
+    """Without a GPU driver's device files a reproduction counts no GPUs and starts no torch import;
+    with them it asks torch, in a child process."""
+    from rfa_doc_mt.reproduce import cli
+
+    asked = []
+
+    def run(command, **kwargs):
+        asked.append(command)
+        return subprocess.CompletedProcess(command, 0, stdout="3\n", stderr="")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    monkeypatch.setattr(cli.os.path, "exists", lambda path: False)
+    monkeypatch.setattr("glob.glob", lambda pattern: [])
+    assert cli.gpu_count() == 0 and asked == []
+    monkeypatch.setattr("glob.glob", lambda pattern: ["/dev/nvidia0"] if pattern.startswith("/dev/nvidia") else [])
+    assert cli.gpu_count() == 3 and len(asked) == 1 and "torch.cuda.device_count()" in asked[0][-1]

@@ -143,9 +143,14 @@ def full_budget(experiment: str) -> int:
 
 
 def gpu_count() -> int:
-    """GPUs torch sees (0 without CUDA), asked in a child process: this command imports no torch."""
+    """GPUs torch sees (0 without CUDA), asked in a child process: this command imports no torch.
+    A machine without a GPU driver's device files (NVIDIA's /dev/nvidia0..., AMD's /dev/kfd) has
+    none, and is not asked (a torch import, seconds)."""
+    import glob
     import subprocess
 
+    if not glob.glob("/dev/nvidia[0-9]*") and not os.path.exists("/dev/kfd"):
+        return 0
     done = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
                           capture_output=True, text=True)
     return int(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip().isdigit() else 0
