@@ -59,6 +59,7 @@ def test_all_trains_each_system_once_and_writes_every_table(smoke_all):
     out, done = smoke_all
     started = started_keys(done.stderr)
     assert len(started) == len(set(started)), started  # no system trained (or even started) twice
+    assert "diagnosis-" not in done.stderr  # `all` trains none of the diagnosis (tests/test_diagnosis.py)
     # every system of the other tables, and Table 1's search and seeds; a smoke run's stage 1 of the
     # memory model is the L=1 transformer's run (the same config and arguments), linked
     table1 = json.loads((out / "rfa_table1.json").read_text())
@@ -225,29 +226,6 @@ def test_context_length_table(smoke_all):
     text = (out / "context_length.md").read_text()
     assert "| acc. 8-14 |" in text and "Per phenomenon" in text and "466 sentences" in text
     assert (out / "context_length.png").stat().st_size > 0
-
-
-def test_the_diagnosis_trains_a_fixed_budget_validated_on_bleu_and_reads_the_cross_attention(smoke_all):
-    """The diagnosis of RFA's slow learning (not part of `all`): its smoke rows, in the smoke
-    reproduction's folder (its corpora are there), trained a fixed budget validated on s-BLEU,
-    their curves and where their cross attention looks."""
-    out, done = smoke_all
-    assert "diagnosis-" not in done.stderr  # `all` trains none of it
-    for name, rows in (("rfa_diagnosis", ["rfa_causal", "rfa_local"]), ("rfa_diagnosis_long", ["rfa_delta"])):
-        completed = reproduce(name, "--smoke", "--out", str(out), "--jobs", "2")
-        assert completed.returncode == 0, completed.stderr[-3000:]
-        data = json.loads((out / f"{name}.json").read_text())
-        assert [row["row"] for row in data["rows"]] == rows
-        for row in data["rows"]:
-            assert [u for u, _ in row["valid_bleu_curve"]] == [2, 4]  # every 2 updates for a fixed 4
-            assert row["convergence"]["last_update"] == 4 and not row["convergence"]["stopped_early"]
-            share = row["cross_attention_on_current_sentence"]
-            assert share["windows"] >= 1 and len(share["per_layer"]) == 2 and 0 < share["uniform"] < 1
-        text = (out / f"{name}.md").read_text()
-        assert "| valid 2 | valid 4 | best valid | selected at |" in text and "Fixed budget" in text
-        assert (out / f"{name}_curves.png").stat().st_size > 0
-    options = {row["row"]: row["options"] for row in data["rows"]}
-    assert options == {"rfa_delta": ["--rfa-update", "delta"]}
 
 
 def test_each_script_resumes_and_prints_its_table(smoke_all):
