@@ -122,6 +122,63 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
+# ---- where the suite's CPU goes -------------------------------------------------------------------
+# Each test phase's CPU seconds in its test process and the commands it waited for (resource's
+# SELF and CHILDREN): the commands a warm-start fork ran are the server's children, counted in its
+# own log (RFA_DOC_MT_WARM_START_LOG). The summary lists the phases that took the most, beside
+# pytest's --durations (wall time, which counts waits and the other process's load).
+CPU_SECONDS = "cpu_seconds"
+
+
+def cpu_now() -> float:
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    started = getattr(item, "_cpu_started", {}).get(call.when)
+    if started is not None:
+        outcome.get_result().user_properties.append((CPU_SECONDS, round(cpu_now() - started, 2)))
+
+
+def _phase_start(item, when):
+    item.__dict__.setdefault("_cpu_started", {})[when] = cpu_now()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    _phase_start(item, "setup")
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    _phase_start(item, "call")
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    _phase_start(item, "teardown")
+    yield
+
+
+def pytest_terminal_summary(terminalreporter):
+    phases = [(dict(report.user_properties).get(CPU_SECONDS, 0.0), report.when, report.nodeid)
+              for reports in terminalreporter.stats.values() for report in reports
+              if getattr(report, "user_properties", None) and getattr(report, "when", None)]
+    if not phases:
+        return
+    total = sum(seconds for seconds, _, _ in phases)
+    terminalreporter.write_sep("=", f"most CPU ({total:.0f} s in the test processes and the commands they waited for)")
+    for seconds, when, nodeid in sorted(phases, reverse=True)[:15]:
+        terminalreporter.write_line(f"{seconds:8.2f}s {when:8s} {nodeid}")
+
+
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist's ``--dist loadfile`` each test file runs in one process, which builds
     its module fixtures once. The file whose tests read the smoke reproduction
