@@ -1,13 +1,14 @@
 """fairseq's own commands, with this plugin imported before fairseq.
 
 ``python -m rfa_doc_mt.fairseq_command fairseq-train ARGS`` is ``fairseq-train ARGS`` (likewise
-``fairseq-generate``, ``fairseq-validate``, ``fairseq-interactive``): the same ``cli_main``, the
+``fairseq-generate``, ``fairseq-validate``, ``fairseq-interactive``, ``fairseq-preprocess``): the same ``cli_main``, the
 same options (``--user-dir`` must name this package, as always), the same output. What differs
 is the order of the imports: the plugin's adaptations (:mod:`rfa_doc_mt.compat`) apply before
 fairseq loads, and fairseq loads without scikit-learn and scipy.stats, which only tasks and
 criteria this plugin never uses need (:mod:`rfa_doc_mt.deferred_imports`): 1.5-2 s of CPU less
 in every run and in every worker it spawns. ``scripts/train.sh`` and ``scripts/decode.sh`` start
-fairseq this way; the console scripts work as well.
+fairseq this way, and so does ``python -m rfa_doc_mt.data.prepare`` its binarization; the console
+scripts work as well.
 
 One addition: a ``fairseq-train`` run that finishes writes ``SAVE_DIR/train.resources.json``, the
 peak resident memory of its processes (this one and the workers it spawned) and its seconds.
@@ -22,7 +23,8 @@ import sys
 import time
 
 COMMANDS = {"fairseq-train": "fairseq_cli.train", "fairseq-generate": "fairseq_cli.generate",
-            "fairseq-validate": "fairseq_cli.validate", "fairseq-interactive": "fairseq_cli.interactive"}
+            "fairseq-validate": "fairseq_cli.validate", "fairseq-interactive": "fairseq_cli.interactive",
+            "fairseq-preprocess": "fairseq_cli.preprocess"}
 # These set up the root logger before they import fairseq (whose import would otherwise set it up
 # its own way); fairseq-generate sets it up after, as fairseq's import left it.
 LOGGING_FIRST = ("fairseq-train", "fairseq-validate", "fairseq-interactive")

@@ -101,8 +101,11 @@ def test_fairseq_command_runs_only_fairseqs_commands(monkeypatch, capsys):
     from rfa_doc_mt.fairseq_command import main
 
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # main sets the command's own
-    assert main(["fairseq-preprocess"]) == 2
+    assert main(["fairseq-eval-lm"]) == 2
     assert "usage: python -m rfa_doc_mt.fairseq_command {fairseq-train," in capsys.readouterr().err
+    with pytest.raises(SystemExit) as shown:  # what data.prepare binarizes with
+        main(["fairseq-preprocess", "--help"])
+    assert shown.value.code == 0 and capsys.readouterr().out.startswith("usage: fairseq-preprocess")
     with pytest.raises(SystemExit) as shown:
         main(["fairseq-generate", "--user-dir", os.path.dirname(rfa_doc_mt.__file__), "--task", "doc_translation",
               "--help"])

@@ -60,7 +60,7 @@ def test_a_command_behaves_the_same_warm_and_cold(server, tmp_path):
         (tmp_path / mode).mkdir()
         runs[mode] = [run(env, "rfa_doc_mt.data.prepare", "synthetic", "--out", "corpus", "--max-distance", "0",
                           cwd=tmp_path / mode),
-                      run(env, "rfa_doc_mt.fairseq_command", "fairseq-preprocess"),
+                      run(env, "rfa_doc_mt.fairseq_command", "fairseq-eval-lm"),
                       run(env, "rfa_doc_mt.scoring.consistency", "--help")]
     for warm, cold in zip(runs["warm"], runs["cold"]):
         assert warm.returncode == cold.returncode and warm.stdout == cold.stdout
@@ -73,7 +73,7 @@ def test_a_command_behaves_the_same_warm_and_cold(server, tmp_path):
 def test_a_command_a_script_starts_runs_warm(server):
     """scripts/common.sh's ``fairseq_command`` (train.sh, decode.sh) puts its checkout before the
     session's PYTHONPATH: the hook stays on it, and the command is handed to the server."""
-    shell = f'source "{ROOT}/scripts/common.sh"; fairseq_command fairseq-preprocess'
+    shell = f'source "{ROOT}/scripts/common.sh"; fairseq_command fairseq-eval-lm'
     done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, cwd="/", timeout=300,
                           env=dict(with_warm_start_hook(os.environ), RFA_DOC_MT_WARM_START=server, **IMPORT_TIMES))
     assert done.returncode == 2 and "usage: python -m rfa_doc_mt.fairseq_command" in done.stderr
@@ -84,7 +84,7 @@ def test_a_users_command_runs_cold_even_with_the_variable_set(server):
     """Without tests/warm_start on its PYTHONPATH (a user's shell), a command never reaches the
     server, whatever RFA_DOC_MT_WARM_START says: the package holds no hand-off."""
     cold = run(dict(environment(server, hook=False), **IMPORT_TIMES), "rfa_doc_mt.fairseq_command",
-               "fairseq-preprocess")
+               "fairseq-eval-lm")
     assert cold.returncode == 2 and imported_here(cold.stderr)  # fairseq imported in its own process
     for root, _, files in os.walk(os.path.join(ROOT, "rfa_doc_mt")):
         for name in files:
@@ -99,8 +99,9 @@ def test_a_client_that_differs_in_what_the_imports_read_is_refused(server, monke
     monkeypatch.setenv(warm_start.VARIABLE, server)
     assert warm_start.delegate("rfa_doc_mt.scoring.consistency", arguments, path) == 0
     assert capfd.readouterr().out.startswith("usage: consistency.py")
-    # a light tool starts without fairseq: it runs cold
-    assert warm_start.delegate("rfa_doc_mt.scoring.bleu", arguments, path) is None
+    # a light tool (it starts without fairseq) runs in a fork too
+    assert warm_start.delegate("rfa_doc_mt.scoring.bleu", arguments, path) == 0
+    assert capfd.readouterr().out.startswith("usage: bleu.py")
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default" if os.environ.get("ATEN_CPU_CAPABILITY") != "default"
                        else "avx2")
     assert warm_start.delegate("rfa_doc_mt.scoring.consistency", arguments, path) is None  # the caller runs it
@@ -108,6 +109,40 @@ def test_a_client_that_differs_in_what_the_imports_read_is_refused(server, monke
     monkeypatch.delenv("ATEN_CPU_CAPABILITY")
     monkeypatch.setenv(warm_start.VARIABLE, server + ".nobody")
     assert warm_start.delegate("rfa_doc_mt.scoring.consistency", arguments, path) is None
+
+
+def test_a_killed_client_takes_down_what_its_command_started(server, tmp_path):
+    """A fork leads a process group of its own, which its command's processes join (a
+    reproduction's runs): killing the client ends them all, as killing a cold command's process
+    group would, and nothing of an interrupted run goes on writing."""
+    (tmp_path / "starts_a_child.py").write_text("import subprocess, time\n"
+                                                "child = subprocess.Popen(['sleep', '300'])\n"
+                                                "print(child.pid, flush=True)\n"
+                                                "time.sleep(300)\n")
+    code = "import sys, warm_start_server as w; sys.exit(w.delegate('starts_a_child', [], sys.argv[1:]))"
+    client = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), ROOT, *sys.path], stdout=subprocess.PIPE,
+                              text=True, env=dict(with_warm_start_hook(os.environ), RFA_DOC_MT_WARM_START=server))
+    child = int(client.stdout.readline())  # printed by the fork's command: the server took it
+    try:
+        client.kill()
+        client.wait(timeout=60)
+        for _ in range(100):
+            if not alive(child):
+                break
+            time.sleep(0.1)
+        assert not alive(child), "the command's child outlived its killed client"
+    finally:
+        if alive(child):
+            os.kill(child, 9)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed and not yet reaped by whoever adopted it, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 @pytest.mark.parametrize("command, argv, expected", [

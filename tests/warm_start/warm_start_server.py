@@ -20,10 +20,13 @@ The fork is the same program with the same options: what differs is only what wa
 before ``main`` ran. It refuses (and the client then runs the command itself, as without the
 variable) when the client's interpreter, the ``rfa_doc_mt`` it would import or fairseq are other
 files than the server's, when it sets variables that the server's imports have already read
-(``ATEN_CPU_CAPABILITY``, ``MKL_NUM_THREADS``, ``PYTHONHASHSEED``, ...) to other values, or when
-the command is one of the package's ``LIGHT_TOOLS`` (which start without fairseq anyway).
+(``ATEN_CPU_CAPABILITY``, ``MKL_NUM_THREADS``, ``PYTHONHASHSEED``, ...) to other values.
 ``OMP_NUM_THREADS`` and ``PYTHONWARNINGS`` are applied in the fork. Without the variable, or
-with no server listening, nothing changes.
+with no server listening, nothing changes. The package's ``LIGHT_TOOLS`` run in forks too: they
+import no fairseq, but the reproduction's driver imports numpy, sacrebleu and matplotlib (3-5 s
+of CPU cold). Each fork leads a process group of its own, which holds what its command starts
+(a reproduction's runs, with their clients): a client that goes away takes the whole group down,
+as killing the client's own group would end a cold command and everything it started.
 """
 
 import gc
@@ -134,13 +137,14 @@ def _receive(connection: socket.socket) -> dict:
 
 
 def _watch(connection: socket.socket) -> None:
-    """End this fork when its client goes away (killed, or stopped by a timeout)."""
+    """End this fork and what its command started (its process group) when its client goes away
+    (killed, or stopped by a timeout)."""
     try:
         while connection.recv(1):
             pass
     except OSError:
         pass
-    os.kill(os.getpid(), signal.SIGTERM)
+    os.killpg(os.getpid(), signal.SIGKILL)
 
 
 def _apply_warnings(options: str, defaults: List) -> None:
@@ -176,7 +180,7 @@ def _run_request(request: dict, connection: socket.socket, identity: dict, warni
         os.close(fd)
     import rfa_doc_mt
 
-    if request["identity"] != identity or request["module"] in rfa_doc_mt.LIGHT_TOOLS:
+    if request["identity"] != identity:
         return REFUSED
     threading.Thread(target=_watch, args=(connection,), daemon=True).start()
     os.chdir(request["cwd"])
@@ -241,6 +245,7 @@ def serve(path: str) -> None:
         while True:
             connection, _ = listener.accept()
             if os.fork() == 0:
+                os.setpgid(0, 0)  # the group _watch ends with the client
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 listener.close()
