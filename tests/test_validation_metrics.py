@@ -640,11 +640,10 @@ def test_a_converging_reproduction_resumes_where_it_was_interrupted(tmp_path):
     from rfa_doc_mt.reproduce.papers import Convergence, System
 
     out = tmp_path / "reproduce"
-    # the command runs in this test's process group (not handed to the warm-start server, whose
-    # fork would outlive a kill); the commands it starts are warm
-    command = [sys.executable, "-c", "import runpy; runpy.run_module('rfa_doc_mt.reproduce', run_name='__main__')",
-               "lstm", "--smoke", "--converge", "--validate-every", "1", "--patience", "3", "--cap", "8",
-               "--jobs", "1", "--out", str(out)]
+    # in the suite a warm-start fork runs it: killing the client's process group ends the fork's
+    # too, with the runs it started (tests/warm_start/warm_start_server.py)
+    command = [sys.executable, "-m", "rfa_doc_mt.reproduce", "lstm", "--smoke", "--converge", "--validate-every", "1",
+               "--patience", "3", "--cap", "8", "--jobs", "1", "--out", str(out)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     log = interrupt_after(command, str(out / "runs" / "*" / "train.log"), 2, env)
     run_dir = os.path.dirname(log)
