@@ -10,6 +10,9 @@ STAMP := $(VENV)/.setup-done
 TORCH ?= torch==2.13.0
 # make test runs the suite in this many processes (pytest-xdist; tests/conftest.py says how)
 TEST_WORKERS ?= 2
+# more packages for setup to install, beside the others (pinned by requirements.txt), e.g.
+#   make setup ALSO=triton        (the gpu extra: .ci/run installs it for the fused kernels' tests)
+ALSO ?=
 
 .PHONY: setup demo test clean
 
@@ -20,10 +23,14 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required, got " + sys.version'
 	$(PIP) install -q --upgrade pip
 	# packages are byte-compiled at install: where PYTHONDONTWRITEBYTECODE is set (as on the CI
-	# machines) nothing compiled later is kept, and every process would compile what it imports
-	# torch first, as TORCH says (above); a torch already here is kept
-	$(PY) -c 'import torch' 2>/dev/null || $(PIP) install -q $(TORCH)
-	$(PIP) install -q -c requirements.txt cython -e '.[bench,test]'
+	# machines) nothing compiled later is kept, and every process would compile what it imports.
+	# torch as TORCH says (above; a torch already here is kept), the project with its dependencies,
+	# and ALSO: three pips at once, each unpacking and compiling packages the others do not install
+	# (torch's own requirements are none of the project's), in a third of the time of one after another
+	{ $(PY) -c 'import torch' 2>/dev/null || $(PIP) install -q $(TORCH); } & torch=$$!; \
+	{ test -z "$(ALSO)" || $(PIP) install -q -c requirements.txt $(ALSO); } & also=$$!; \
+	$(PIP) install -q -c requirements.txt cython -e '.[bench,test]'; project=$$?; \
+	wait $$torch && wait $$also && test $$project = 0
 	# fairseq-fixed last, built against this torch, numpy and cython, without its declared
 	# dependencies (torchaudio would pull a CUDA torch); pyproject.toml lists its real ones
 	$(PY) -c 'import fairseq' 2>/dev/null || $(PIP) install -q --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
