@@ -179,16 +179,16 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{seconds:8.2f}s {when:8s} {nodeid}")
 
 
-# The files that take longest under `make test` (wall seconds in two processes), longest first:
-# they start first, so that no process runs a long file alone at the end. Speed only: a file
-# missing here runs after them.
-LONGEST_FILES = ("test_validation_metrics.py",  # 163 s
-                 "test_distributed.py",  # 144 s
-                 "test_prepare.py",  # 83 s
-                 "test_integration.py",  # 77 s
-                 "test_diagnosis.py",  # 55 s
-                 "test_rfa_fused.py",  # 52 s
-                 "test_readme_path.py")  # 42 s
+# The files that take longest under `make test` (wall seconds in two processes, as measured
+# when this order was set), longest first: they start first, so that no process runs a long file alone at the
+# end. Speed only: a file missing here runs after them.
+LONGEST_FILES = ("test_validation_metrics.py",  # 176 s
+                 "test_distributed.py",  # 108 s
+                 "test_prepare.py",  # 96 s
+                 "test_integration.py",  # 63 s
+                 "test_rfa_fused.py",  # 42 s
+                 "test_readme_path.py",  # 35 s
+                 "test_diagnosis.py")  # 22 s
 
 
 def pytest_collection_modifyitems(config, items):
