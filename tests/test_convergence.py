@@ -68,6 +68,9 @@ def test_train_arguments_validate_on_bleu_stop_on_patience_and_share_the_cap():
     assert capped[capped.index("--max-update") + 1] == str(round(2000 * MEMORY_FINETUNE_SHARE))
     tiny = convergence_train_args(fine_tuned, Convergence(interval=2, patience=1, cap=4))
     assert tiny[tiny.index("--validate-interval-updates") + 1] == "1"  # a cap of 1 update validates at 1
+    assert "--patience-min-gain" not in args
+    gained = convergence_train_args(System("x", "configs/demo/transformer_L4.sh"), Convergence(200, 3, 4000, 0.2))
+    assert gained[gained.index("--patience-min-gain") + 1] == "0.2"
 
 
 def test_a_row_reports_its_selected_update_and_the_updates_to_95_and_99_percent():
@@ -106,6 +109,60 @@ def test_replayed_rules_stop_where_their_patience_runs_out():
     assert replay(CURVE, 4, 1) == (1200, 800, 90.9)
     # a rule that outlasts the curve stops at its end
     assert replay(CURVE, 1, 20)[0] == 1200
+
+
+# validation s-BLEU every 200 updates of the two LSH runs at L = 15 of the context-length experiment
+# (docs/reproduction.md), both trained to the cap of 4000 under patience 3 without a minimum gain
+LSH_L15 = [[(200 * (i + 1), s) for i, s in enumerate(curve)] for curve in (
+    [1.44, 22.47, 86.02, 92.69, 95.16, 96.14, 95.67, 96.3, 96.5, 96.65, 96.82, 97.14, 97.67, 97.93, 97.94, 97.38,
+     97.68, 98.26, 98.31, 97.75],
+    [1.26, 43.18, 87.4, 92.29, 95.27, 95.12, 96.02, 96.86, 96.35, 97.36, 97.17, 97.69, 97.86, 98.38, 98.7, 98.7,
+     98.32, 98.83, 98.9, 98.91])]
+
+
+def test_a_minimum_gain_stops_a_creeping_curve_and_keeps_its_best_so_far():
+    """What papers.CONTEXT_LENGTH_CONVERGENCE's comment and docs/reproduction.md say of the LSH
+    curves: any gain resets the patience (they run to the cap); a gain of more than 0.2 stops them
+    at 3400 and 3600, keeping the best so far; more than 0.5 at 1800 and 2200."""
+    first, second = LSH_L15
+    assert replay(first, 1, 3) == (4000, 3800, 98.31) and replay(second, 1, 3) == (4000, 4000, 98.91)
+    assert replay(first, 1, 3, 0.2) == (3400, 3000, 97.94) and replay(second, 1, 3, 0.2) == (3600, 3600, 98.83)
+    assert replay(first, 1, 3, 0.5) == (1800, 1800, 96.5) and replay(second, 1, 3, 0.5) == (2200, 2000, 97.36)
+    # the gain is counted from the last score that reset the patience (1.0, then 1.4), not from the
+    # highest so far: from 1.2, 1.4 would gain 0.2 only, and the rule would stop at 3
+    assert replay([(1, 1.0), (2, 1.2), (3, 1.4), (4, 1.45), (5, 1.5)], 1, 2, 0.3) == (5, 5, 1.5)
+
+
+def test_the_task_stops_early_on_a_minimum_gain_in_either_direction(monkeypatch):
+    """The task's should_stop_early (in fairseq-train's place): with --patience-min-gain 1, gains of
+    0.5 and 0.4 count as none, and patience 2 runs out; without it (0, or a task without the
+    option), every gain resets the patience, as fairseq's own rule does."""
+    import fairseq_cli.train as train
+
+    from rfa_doc_mt.tasks.doc_translation import install_early_stopping_check, should_stop_early
+
+    def stops(values, min_gain, maximize=True, task=True):
+        checkpoint = SimpleNamespace(patience=2, maximize_best_checkpoint_metric=maximize)
+        cfg = SimpleNamespace(checkpoint=checkpoint, **({"task": SimpleNamespace(patience_min_gain=min_gain)}
+                                                        if task else {}))
+        for name in ("best", "num_runs"):
+            monkeypatch.delattr(should_stop_early, name, raising=False)
+        return [should_stop_early(cfg, value) for value in values]
+
+    assert stops([50.0, 50.5, 50.9], 1.0) == [False, False, True]
+    assert stops([50.0, 50.5, 50.9], 0.0) == [False, False, False]
+    assert stops([50.0, 50.5, 50.9], 1.0, task=False) == [False, False, False]
+    assert stops([5.0, 4.5, 4.1], 1.0, maximize=False) == [False, False, True]
+    assert stops([5.0, 3.5, 3.0, 1.9], 1.0, maximize=False) == [False, False, False, False]  # 1.5, then 1.6
+    # installed in fairseq-train's place, with the state fairseq's function had
+    def original(cfg, valid_loss):
+        return False
+
+    original.best, original.num_runs = 7.0, 1
+    monkeypatch.setattr(train, "should_stop_early", original)
+    install_early_stopping_check()
+    assert train.should_stop_early is should_stop_early
+    assert (should_stop_early.best, should_stop_early.num_runs) == (7.0, 1)
 
 
 def test_the_rules_table_counts_lost_bleu_and_premature_stops():

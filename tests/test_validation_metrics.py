@@ -626,6 +626,30 @@ def test_a_resumed_run_stops_where_an_uninterrupted_one_does(corpus, tmp_path):
         assert torch.equal(weight, best[1]["model"][name]), name
 
 
+def test_a_minimum_gain_stops_a_run_whose_validations_still_improve(corpus, tmp_path):
+    """--patience-min-gain: a real fairseq-train run whose validation loss falls at every validation
+    (fairseq's rule, any gain, would train it to --max-update 12) stops on its patience of 4 at
+    update 5 when no fall counts as a gain, and keeps its lowest-loss checkpoint (the last), not
+    the reference the patience counts from (the first)."""
+    from fairseq.checkpoint_utils import load_checkpoint_to_cpu
+
+    arguments = [a for a in STOPPING_ARGS if a != "--maximize-best-checkpoint-metric"]  # the lowest loss is best
+    save_dir = tmp_path / "run"
+    done = subprocess.run([os.path.join(ROOT, "scripts", "train.sh"), os.path.join(ROOT, "configs", "demo",
+                          "transformer_L1.sh"), corpus, str(save_dir), *arguments, "--patience-min-gain", "100"],
+                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = log_since(save_dir / "train.log")
+    losses = validations(lines, "valid")
+    assert sorted(losses) == [1, 2, 3, 4, 5]
+    assert all(losses[u]["loss"] < losses[u - 1]["loss"] for u in range(2, 6))  # every one an improvement
+    assert any("early stop since valid performance hasn't improved by more than 100 for last 4 runs" in line
+               for line in lines)
+    best = load_checkpoint_to_cpu(str(save_dir / "checkpoint_best.pt"))
+    assert best["optimizer_history"][-1]["num_updates"] == 5
+    assert abs(best["extra_state"]["best"] - losses[5]["loss"]) <= 5e-4  # the log rounds to 3 decimals
+
+
 def test_a_converging_reproduction_resumes_where_it_was_interrupted(tmp_path):
     """The reproduction's own command under the convergence budget (``--converge``; a smoke run's
     corpus, validated every update, patience 3), killed after its first run saved a validation

@@ -170,7 +170,7 @@ def group_convergence(args, experiments: List[Experiment]):
     convergence = SMOKE_CONVERGENCE if args.smoke else \
         next((e.convergence for e in experiments if e.convergence is not None), DEFAULT_CONVERGENCE)
     changes = {name: value for name, value in (("interval", args.validate_every), ("patience", args.patience),
-                                               ("cap", args.cap)) if value is not None}
+                                               ("cap", args.cap), ("min_gain", args.min_gain)) if value is not None}
     return replace(convergence, **changes)
 
 
@@ -201,6 +201,9 @@ def main(argv=None) -> int:
     parser.add_argument("--patience", type=int,
                         help="with --converge: validations without a higher validation s-BLEU before a run stops")
     parser.add_argument("--cap", type=int, help="with --converge: the most updates a run trains")
+    parser.add_argument("--min-gain", type=float,
+                        help="with --converge: the validation s-BLEU a validation must gain over the last one that "
+                             "reset the patience to reset it (0: any gain; fairseq-train's --patience-min-gain)")
     parser.add_argument("--seeds", type=int,
                         help=f"Table 1 (rfa_table1) on the embedded corpus: seeds each system's chosen setting "
                              f"trains with, seed 1 being its search run (default {DEFAULT_SEEDS}; with --smoke "
@@ -218,6 +221,8 @@ def main(argv=None) -> int:
         value = getattr(args, name)
         if value is not None and (value < 1 or not args.converge):
             parser.error(f"--{name.replace('_', '-')} goes with --converge and must be at least 1")
+    if args.min_gain is not None and (args.min_gain < 0 or not args.converge):
+        parser.error("--min-gain goes with --converge and must be at least 0")
     if args.converge and args.budget is not None:
         parser.error("--budget and --converge are two budgets: give one")
     if args.list:

@@ -39,7 +39,8 @@ def convergence_train_args(system: System, convergence: Convergence) -> List[str
             "--save-interval-updates", str(interval), "--keep-interval-updates", "1",
             "--validate-interval", never, "--save-interval", never, "--patience", str(convergence.patience),
             "--eval-bleu", "--eval-bleu-args", VALIDATION_DECODING,
-            "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"]
+            "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"] + \
+        (["--patience-min-gain", f"{convergence.min_gain:g}"] if convergence.min_gain else [])
 
 
 # ---------------------------------------------------------------------------------------
@@ -96,19 +97,21 @@ def run_convergence(run_dir: str, system: System, convergence: Convergence) -> O
 # other stopping rules, replayed on the recorded curves
 
 
-def replay(curve: Sequence[Tuple[int, float]], every: int, patience: int) -> Tuple[int, int, float]:
+def replay(curve: Sequence[Tuple[int, float]], every: int, patience: int,
+           min_gain: float = 0.0) -> Tuple[int, int, float]:
     """A stopping rule replayed on a recorded curve: validate at every ``every``-th recorded point
-    only, stop after ``patience`` of them without a higher score. (stop update, selected update,
-    selected score), as fairseq decides them: a score equal to the best keeps its checkpoint as
-    the best (``>=``) but does not count as a gain for the patience (``>``). A rule that does not
-    stop within the curve stops at its end."""
+    only, stop after ``patience`` of them without a score higher by more than ``min_gain`` than
+    the reference (the last one that reset the patience). (stop update, selected update, selected
+    score), as fairseq-train decides them (with the task's ``should_stop_early``): a score equal
+    to the best keeps its checkpoint as the best (``>=``) but does not count as a gain for the
+    patience (``>``). A rule that does not stop within the curve stops at its end."""
     points = list(curve)[every - 1::every] or list(curve)[-1:]
-    kept_update, kept_score, since = None, None, 0
+    kept_update, kept_score, reference, since = None, None, None, 0
     for updates, score in points:
-        if kept_score is not None and score == kept_score:
-            kept_update = updates
-        if kept_score is None or score > kept_score:
-            kept_update, kept_score, since = updates, score, 0
+        if kept_score is None or score >= kept_score:
+            kept_update, kept_score = updates, score
+        if reference is None or score - reference > min_gain:
+            reference, since = score, 0
         else:
             since += 1
             if since >= patience:
@@ -117,7 +120,7 @@ def replay(curve: Sequence[Tuple[int, float]], every: int, patience: int) -> Tup
 
 
 def stopping_rules(curves: Dict[str, Sequence[Tuple[int, float]]], interval: int,
-                   rules: Sequence[Tuple[int, int]]) -> List[dict]:
+                   rules: Sequence[Tuple[int, int]], min_gain: float = 0.0) -> List[dict]:
     """Each rule (validate every ``every`` recorded points, ``patience``) replayed on every curve
     (recorded every ``interval`` updates): mean updates trained, mean updates trained past the
     selected checkpoint, the mean and largest validation s-BLEU lost against the curve's best, and
@@ -130,7 +133,7 @@ def stopping_rules(curves: Dict[str, Sequence[Tuple[int, float]]], interval: int
                 continue
             best = max(score for _, score in curve)
             best_update = min(updates for updates, score in curve if score == best)
-            stop, selected, score = replay(curve, every, patience)
+            stop, selected, score = replay(curve, every, patience, min_gain)
             stops.append(stop)
             overshoots.append(stop - selected)
             losses.append(best - score)
@@ -155,13 +158,14 @@ def stopping_rules_note(curves: Dict[str, Sequence[Tuple[int, float]]], converge
     """The table of :func:`stopping_rules` over an experiment's runs, as a note (markdown) and JSON."""
     from .tables import fmt, markdown
 
-    table = stopping_rules(curves, convergence.interval, replayable_rules(convergence))
+    table = stopping_rules(curves, convergence.interval, replayable_rules(convergence), convergence.min_gain)
     rows = [[str(r["interval"]), str(r["patience"]) + (" (run)" if (r["interval"], r["patience"]) == (
         convergence.interval, convergence.patience) else ""), fmt(r["mean_updates"], 0),
              fmt(r["mean_past_selected"], 0), fmt(r["mean_bleu_lost"]), fmt(r["largest_bleu_lost"]),
              f"{r['stopped_before_best']}/{r['runs']}"] for r in table]
+    gain = f" (a gain: more than {convergence.min_gain:g}, as the runs counted it)" if convergence.min_gain else ""
     text = ("Other stopping rules replayed on these runs' recorded validation curves (every run's curve; a rule "
-            "validates at every k-th recorded point and stops after its patience; BLEU lost: the run's best "
+            f"validates at every k-th recorded point and stops after its patience{gain}; BLEU lost: the run's best "
             "validation s-BLEU minus the one the rule would keep):\n\n" +
             markdown(["interval", "patience", "mean updates", "mean updates past the kept one", "mean BLEU lost",
                       "largest BLEU lost", "runs stopped before their best"], rows))

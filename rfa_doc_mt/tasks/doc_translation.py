@@ -91,6 +91,12 @@ class DocTranslationConfig(TranslationConfig):
         metadata={"help": "with --recurrent-memory: sentence positions per update, N, A-B (drawn uniformly "
                           "for each update) or full (a whole document group); the window's losses are "
                           "back-propagated together (Feng et al. 2022, §5.3)"})
+    patience_min_gain: float = field(
+        default=0.0,
+        metadata={"help": "with --patience: a validation counts as an improvement only when it beats the "
+                          "reference (the last validation that did) by more than this, in the units of "
+                          "--best-checkpoint-metric; 0: fairseq's rule (any gain). The checkpoint kept is still "
+                          "the best"})
     eval_bleu_tokenize: str = field(
         default="13a",
         metadata={"help": "with --eval-bleu: sacrebleu's tokenizer for validation BLEU, as scripts/score.sh "
@@ -114,6 +120,9 @@ class DocTranslationTask(TranslationTask):
         # translations of current sentences, kept for forced-prefix decoding: {sentence: tokens}
         self.translations = {}
         validation.check_bleu_options(cfg)
+        if cfg.patience_min_gain < 0:
+            raise ValueError("--patience-min-gain must be at least 0")
+        install_early_stopping_check()
         self.window_bleu = None  # validation BLEU (--eval-bleu), set up with the first split it scores
         self.contrastive_set_names = []  # sets of every contrastive validation subset loaded, in key order
         if cfg.recurrent_memory:
@@ -416,6 +425,44 @@ def _early_stopping_check():
 
     train = sys.modules.get("fairseq_cli.train")
     return getattr(train, "should_stop_early", None)
+
+
+def should_stop_early(cfg, valid_loss) -> bool:
+    """fairseq-train's early stopping (``fairseq_cli.train.should_stop_early``, whose place it
+    takes) with a minimum gain: a validation resets the patience only when it beats the reference,
+    the last validation that reset it, by more than ``--patience-min-gain`` (0, the default, and any
+    task without the option: fairseq's rule, any gain). Its state is fairseq's: the attributes
+    ``best`` (the reference) and ``num_runs`` of this function (:func:`early_stopping_state`)."""
+    if valid_loss is None or cfg.checkpoint.patience <= 0:
+        return False
+    min_gain = getattr(getattr(cfg, "task", None), "patience_min_gain", 0.0) or 0.0
+    reference = getattr(should_stop_early, "best", None)
+    if reference is not None:
+        gain = valid_loss - reference if cfg.checkpoint.maximize_best_checkpoint_metric else reference - valid_loss
+    if reference is None or gain > min_gain:
+        should_stop_early.best, should_stop_early.num_runs = valid_loss, 0
+        return False
+    should_stop_early.num_runs += 1
+    if should_stop_early.num_runs >= cfg.checkpoint.patience:
+        by = f" by more than {min_gain:g}" if min_gain else ""  # without a minimum, fairseq's own words
+        logger.info(f"early stop since valid performance hasn't improved{by} for last {cfg.checkpoint.patience} runs")
+        return True
+    return False
+
+
+def install_early_stopping_check() -> None:
+    """Put :func:`should_stop_early` in fairseq-train's place (where fairseq-train runs), carrying
+    over the state fairseq's kept so far."""
+    import sys
+
+    train = sys.modules.get("fairseq_cli.train")
+    current = getattr(train, "should_stop_early", None)
+    if current is None or current is should_stop_early:
+        return
+    for name in ("best", "num_runs"):
+        if hasattr(current, name):
+            setattr(should_stop_early, name, getattr(current, name))
+    train.should_stop_early = should_stop_early
 
 
 def early_stopping_state() -> dict:
