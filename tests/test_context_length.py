@@ -52,7 +52,7 @@ def test_costs_are_read_from_the_runs_files(tmp_path):
     (tmp_path / "train.log").write_text(
         "2026 | INFO | train_inner | epoch 001:    100 / 500 loss=5.1, ups=2, wpb=900, num_updates=100\n"
         "2026 | INFO | train_inner | epoch 001:    200 / 500 loss=4.1, ups=0.5, wpb=900, num_updates=200\n")
-    assert seconds_per_update(str(tmp_path)) == pytest.approx(1 / 1.25)
+    assert seconds_per_update(str(tmp_path)) == pytest.approx(1 / 1.25)  # no train_wall: fairseq's ups
     (tmp_path / "train.resources.json").write_text(json.dumps({"peak_resident_mb": 612.5}))
     assert peak_training_mb(str(tmp_path)) == 612.5
     (tmp_path / "test.generate.err").write_text(
@@ -65,12 +65,28 @@ def test_costs_are_read_from_the_runs_files(tmp_path):
     assert decoding_speed(str(tmp_path / "none")) is None and seconds_per_update(str(tmp_path / "none")) is None
 
 
+def interval_line(updates, ups, train_wall):
+    return (f"2026 | INFO | train_inner | epoch 001:  {updates} / 900 loss=4.1, ups={ups}, wpb=900, "
+            f"num_updates={updates}, lr=0.001, gnorm=0.3, train_wall={train_wall}, wall=0\n")
+
+
+def test_seconds_per_update_is_the_median_interval_of_training_steps(tmp_path):
+    """A validation or a pause in one interval moves the mean of fairseq's ups, not the median of
+    its train_wall; a resumed run logs the interval it had reached once more."""
+    lines = [interval_line(100, 0.11, 874), interval_line(200, 1.1, 90), interval_line(300, 0.5, 92),
+             interval_line(400, 1.2, 80), interval_line(400, 1.2, 84), interval_line(500, 1.0, 95)]
+    (tmp_path / "train.log").write_text("".join(lines))
+    assert seconds_per_update(str(tmp_path)) == pytest.approx(0.91)  # (90 + 92) / 2 / 100: the median
+    (tmp_path / "train.log").write_text(interval_line(1, 4.0, 0) + interval_line(2, 2.0, 0))
+    assert seconds_per_update(str(tmp_path)) == pytest.approx(1 / 3.0)  # sub-second intervals: from ups
+
+
 def test_each_row_is_compared_with_the_transformer_of_its_l_and_seed(tmp_path):
     """s-BLEU and accuracy 8-14 sentences back against the transformer of the same L and seed (the
     memory model: the transformer at L = 15), through the compare command's path."""
     from types import SimpleNamespace
 
-    from rfa_doc_mt.reproduce.context_length import against_transformer
+    from rfa_doc_mt.reproduce.context_length import against_short_window, against_transformer
     from rfa_doc_mt.reproduce.papers import System
 
     references = [f"w{i} a{i} b{i} c{i}" for i in range(20)]
@@ -104,3 +120,11 @@ def test_each_row_is_compared_with_the_transformer_of_its_l_and_seed(tmp_path):
     assert second["far"]["difference"] == 0.0 and second["far"]["p_value"] == 1.0
     assert compared["memory"]["baseline_row"] == "transformer_L15" and compared["memory"]["L"] == "document"
     assert against_transformer(context, []) == {}
+
+    # each longer window against its family's L = 4 (the first seed): lsh_L8 has no lsh_L4
+    context.systems.append(("rfa_sgate_L4", run("r4", 5, 0)))
+    longer = against_short_window(context, ["deixis"])
+    assert sorted(longer) == ["rfa_sgate_L15", "rfa_sgate_L15_seed2", "transformer_L15", "transformer_L15_seed2"]
+    assert {row["baseline_row"] for name, row in longer.items() if name.startswith("rfa")} == {"rfa_sgate_L4"}
+    assert longer["rfa_sgate_L15"]["s_bleu"]["difference"] < 0 < longer["rfa_sgate_L15_seed2"]["s_bleu"]["difference"]
+    assert longer["rfa_sgate_L15_seed2"]["far"]["difference"] == pytest.approx(100 * (8 - 0) / 8)

@@ -12,6 +12,7 @@ from test_search import FakeContext, fake_run
 from rfa_doc_mt.reproduce import EMBEDDED, EXPERIMENTS
 from rfa_doc_mt.reproduce.convergence import (
     EARLY_STOP,
+    capped_runs_note,
     convergence_summary,
     convergence_train_args,
     replay,
@@ -131,6 +132,24 @@ def test_a_minimum_gain_stops_a_creeping_curve_and_keeps_its_best_so_far():
     # the gain is counted from the last score that reset the patience (1.0, then 1.4), not from the
     # highest so far: from 1.2, 1.4 would gain 0.2 only, and the rule would stop at 3
     assert replay([(1, 1.0), (2, 1.2), (3, 1.4), (4, 1.45), (5, 1.5)], 1, 2, 0.3) == (5, 5, 1.5)
+
+
+def test_a_run_the_cap_stopped_is_named_with_where_the_budgets_rule_stops_it():
+    """The LSH curves ran to the cap without a minimum gain: the note replays the budget's rule
+    (patience 3, more than 0.2) on them; a curve still rising at the cap is said to be; a run
+    stopped on its patience is not named."""
+    summaries = {f"lsh seed {k + 1}": {**convergence_summary(curve, 4000, False), "curve": curve}
+                 for k, curve in enumerate(LSH_L15)}
+    rising = [(200 * (i + 1), 10.0 * i) for i in range(20)]
+    summaries["rising"] = {**convergence_summary(rising, 4000, False), "curve": rising}
+    summaries["stopped"] = {**convergence_summary(rising[:5], 4000, True), "curve": rising[:5]}
+    note = capped_runs_note(summaries, CONTEXT_LENGTH_CONVERGENCE)
+    first, second, still = note.split("\n")[-3:]
+    assert first.startswith("* lsh seed 1:") and "stops it at 3400, keeping 97.94 (at 3000), 0.37 below" in first
+    assert "3800: 98.31, 4000: 97.75" in first and "stops it at 3600, keeping 98.83 (at 3600), 0.08 below" in second
+    assert still.startswith("* rising:") and "does not stop it: still improving at the cap" in still
+    assert "* stopped:" not in note
+    assert capped_runs_note({"stopped": summaries["stopped"]}, CONTEXT_LENGTH_CONVERGENCE) is None
 
 
 def test_the_task_stops_early_on_a_minimum_gain_in_either_direction(monkeypatch):

@@ -223,6 +223,11 @@ def test_context_length_table(smoke_all):
                        for f in per_bucket.values()), (phenomenon, per_bucket)
         assert row["seconds_per_update"] > 0 and row["peak_training_mb"] > 100
         assert row["decoding"]["tokens_per_second"] > 0 and row["decoding"]["sentences_per_second"] > 0
+        assert row["decoding"]["alone"]
+    # the speeds: each run's test split decoded once more alone, the same checkpoint, the same translations
+    alone = sorted((out / "runs").glob("context-*/decoded-alone/test.hyp"))
+    assert [path.parent.parent.name for path in alone] == ["context-memory", "context-rfa_sgate_L15"]
+    assert all(path.read_text() == (path.parent.parent / "test.hyp").read_text() for path in alone)
     text = (out / "context_length.md").read_text()
     assert "| acc. 8-14 |" in text and "Per phenomenon" in text and "466 sentences" in text
     assert (out / "context_length.png").stat().st_size > 0

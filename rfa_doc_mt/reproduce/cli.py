@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple
 from ..data.io import DataError, atomic_write
 from ..provenance import commit_info, machine_info, write_json
 from . import __doc__ as PACKAGE_DOC
-from .convergence import run_convergence, stopping_rules_note
+from .convergence import capped_runs_note, run_convergence, stopping_rules_note
 from .experiments import EXPERIMENTS, budget_note, embedded_train_args, print_list, systems_to_train
 from .papers import (
     CONTEXT_LENGTH_BUDGET,
@@ -34,6 +34,7 @@ from .running import (
     config_context_size,
     config_problems,
     data_problems,
+    decode_alone,
     finished,
     log,
     prepare_embedded,
@@ -353,6 +354,8 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
             rows = [(row, seed_systems[row][0][1]) for row, _ in rows]  # each row's seed-1 run of its choice
         every = [system for _, system in rows] + [system for seeded in (seed_systems or {}).values()
                                                   for _, system in seeded]
+        if experiment.decodes_alone:
+            decode_alone(every, data, runs)
         results = {system.key: system_results(os.path.join(runs, system.key), os.path.join(
             runs, system.starts_from) if system.starts_from else None) for system in every}
         if args.convergence is not None:
@@ -382,6 +385,10 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
             note, rules = stopping_rules_note(curves, args.convergence)
             context.notes.append(note)
             context.extra["stopping_rules"] = rules
+            capped = capped_runs_note({f"{system.label} ({system.key})": results[system.key].get("convergence")
+                                       for system in every}, args.convergence)
+            if capped:
+                context.notes.append(capped)
         signature = next((r["bleu_signature"] for r in results.values() if r["bleu_signature"]), None)
         text = write_outputs(experiment, out, args.corpus, context, table, json_rows, command, signature)
         print(text, flush=True)

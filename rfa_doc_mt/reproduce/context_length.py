@@ -5,11 +5,13 @@ decoding speed), per method and window size L, on the long-range corpus."""
 import math
 import os
 import re
+import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..data.io import DataError
 from ..data.synthetic import bucket_name, distance_buckets
 from .papers import LONG_RANGE_CORPUS, row_seed
+from .running import ALONE
 from .tables import (
     CONVERGENCE_HEADER,
     convergence_cells,
@@ -62,18 +64,30 @@ def fmt_accuracy(figures: Optional[dict]) -> str:
 # ---------------------------------------------------------------------------------------
 # costs, read from a run's files
 
-UPS = re.compile(r"\| train_inner \|.*?ups=(?P<ups>[0-9.]+)")
+TRAIN_INNER = re.compile(r"\| train_inner \|.*?ups=(?P<ups>[0-9.]+).*?num_updates=(?P<updates>[0-9]+)"
+                         r"(?:.*?train_wall=(?P<wall>[0-9.]+))?")
 TRANSLATED = re.compile(r"Translated (?P<windows>[0-9,]+) sentences \((?P<tokens>[0-9,]+) tokens\) in "
                         r"(?P<seconds>[0-9.]+)s")
 
 
 def seconds_per_update(run_dir: str) -> Optional[float]:
-    """1 / the mean of fairseq's updates per second over the run's logged training intervals."""
-    rates = []
+    """The median over the run's logged training intervals of the training steps' wall time per
+    update (fairseq's train_wall, the time inside its train_step, over the log interval's updates):
+    validations and checkpoint saves fall outside it, and a pause of the process in few intervals.
+    Where every interval's train_wall rounds to 0 s (intervals of a few fast updates), 1 / the
+    mean of fairseq's updates per second over the intervals instead."""
     path = os.path.join(run_dir, "train.log")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            rates = [float(m["ups"]) for m in map(UPS.search, handle) if m and float(m["ups"]) > 0]
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        found = [m for m in map(TRAIN_INNER.search, handle) if m]
+    steps = [int(m["updates"]) for m in found]
+    gaps = [b - a for a, b in zip(steps, steps[1:]) if b > a]
+    interval = max(set(gaps), key=gaps.count) if gaps else (steps[0] if steps else 0)
+    walls = [float(m["wall"]) / interval for m in found if m["wall"] is not None and interval > 0]
+    if walls and statistics.median(walls) > 0:
+        return statistics.median(walls)
+    rates = [float(m["ups"]) for m in found if float(m["ups"]) > 0]
     return 1 / (sum(rates) / len(rates)) if rates else None
 
 
@@ -85,8 +99,17 @@ def peak_training_mb(run_dir: str) -> Optional[float]:
 
 def decoding_speed(run_dir: str) -> Optional[dict]:
     """Tokens and sentences of the kept translations (each window's last sentence) per second of
-    decoding the test split, from fairseq-generate's summary line and the hypotheses written."""
-    path = os.path.join(run_dir, "test.generate.err")
+    decoding the test split, from fairseq-generate's summary line and the hypotheses written: of
+    the decoding alone on the machine (running.decode_alone) where there is one, else of the run's
+    own. ``alone`` says which."""
+    alone = os.path.join(run_dir, ALONE)
+    decoded_alone = os.path.isfile(os.path.join(alone, "test.decode.json"))
+    speed = speed_of(alone if decoded_alone else run_dir)
+    return None if speed is None else {**speed, "alone": decoded_alone}
+
+
+def speed_of(folder: str) -> Optional[dict]:
+    path = os.path.join(folder, "test.generate.err")
     if not os.path.isfile(path):
         return None
     with open(path, encoding="utf-8", errors="replace") as handle:
@@ -97,7 +120,7 @@ def decoding_speed(run_dir: str) -> Optional[dict]:
     seconds = float(last["seconds"])
     tokens = int(last["tokens"].replace(",", ""))
     sentences = None
-    hypotheses = os.path.join(run_dir, "test.hyp")
+    hypotheses = os.path.join(folder, "test.hyp")
     if os.path.isfile(hypotheses):
         with open(hypotheses, encoding="utf-8") as handle:
             sentences = sum(1 for _ in handle)
@@ -157,10 +180,11 @@ def table_context_length(context) -> Tuple[str, list]:
                           "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"], **updates_json(result),
                           "accuracy_by_distance": pooled, "accuracy_by_phenomenon": per_phenomenon, **cost})
     against = against_transformer(context, learned)
-    if against:
-        json_by_row = {row["row"]: row for row in json_rows}
-        for row_id, compared in against.items():
-            json_by_row[row_id]["against_transformer"] = compared
+    longer = against_short_window(context, learned)
+    json_by_row = {row["row"]: row for row in json_rows}
+    for name, comparisons in (("against_transformer", against), (f"against_L{SHORT_WINDOW}", longer)):
+        for row_id, compared in comparisons.items():
+            json_by_row[row_id][name] = compared
     bucket_headers = [f"acc. {n}" for n in names]
     trained_header = CONVERGENCE_HEADER if context.converged else ["updates"]
     table = markdown(["system", "L", "seed", *trained_header, "s-BLEU", "d-BLEU"] + bucket_headers
@@ -177,11 +201,13 @@ def table_context_length(context) -> Tuple[str, list]:
         "are counted as independent). Chance is 50. A window of L sentences sees antecedents up to L - 1 back; "
         "the memory model reads every earlier sentence of the example (14).")
     context.notes.append(
-        "Cost: s / update is 1 / fairseq's mean updates per second over the logged intervals (two runs shared the "
+        "Cost: s / update is the median over the logged training intervals of the training steps' wall "
+        "time per update (fairseq's train_wall: validations and checkpoint saves excluded; two runs shared the "
         "machine's two cores, one torch thread each); peak train MB is the training process's peak resident "
         "memory (model, optimiser, Python and torch included); decode tok/s and sent/s are the tokens and "
-        "sentences of the kept translations per second of fairseq-generate's decoding (beam 4, 64 windows a "
-        "batch): a window of L sentences generates all L to keep its last, so both fall with L. BLEU: the "
+        "sentences of the kept translations per second of fairseq-generate's decoding of the test split (beam 4, "
+        "64 windows a batch), decoded once more after the training, one run at a time alone on the machine with one "
+        "torch thread: a window of L sentences generates all L to keep its last, so both fall with L. BLEU: the "
         "long-range test split, 12 documents (466 sentences), the same for every system.")
     context.notes.append("Per phenomenon (accuracy per distance bucket):\n\n" + detail)
     if against:
@@ -198,6 +224,16 @@ def table_context_length(context) -> Tuple[str, list]:
             f"rfa_doc_mt.scoring.compare --distances {FAR_BUCKET[0]}-{FAR_BUCKET[1]} --phenomena ...`):\n\n" +
             markdown(["system", "L", "seed", "Δ s-BLEU [95% interval]", "p",
                       f"Δ acc. {FAR_BUCKET[0]}-{FAR_BUCKET[1]} [95% interval]", "p"], rows_against))
+    if longer:
+        labels = {row_id: system.label.rsplit(" L=", 1)[0] for row_id, system in context.systems}
+        rows_longer = [[labels[row_id], compared["L"], str(compared["seed"]), *fmt_comparison(compared["s_bleu"])]
+                       for row_id, compared in longer.items()]
+        context.notes.append(
+            f"Longer windows against L = {SHORT_WINDOW}, each family against its own row at L = {SHORT_WINDOW} (its "
+            f"first seed; difference = longer − L = {SHORT_WINDOW}, its 95% interval, p): s-BLEU on the test split "
+            f"(sacrebleu's paired bootstrap). At {FAR_BUCKET[0]}-{FAR_BUCKET[1]} sentences back a window of "
+            f"{SHORT_WINDOW} is at chance by construction: the accuracy columns say what the longer windows add "
+            "there.\n\n" + markdown(["system", "L", "seed", "Δ s-BLEU [95% interval]", "p"], rows_longer))
     context.plot = context_length_plot(context.systems, json_rows, names, context.png_path)
     context.extra["learned_phenomena"] = learned
     return table, json_rows
@@ -211,6 +247,35 @@ def against_transformer(context, learned: Sequence[str]) -> Dict[str, dict]:
     at L = 15 of its seed), as the compare command compares two runs: s-BLEU and the accuracy
     FAR_BUCKET sentences back over the ``learned`` phenomena. {row id: comparisons as JSON};
     empty where the transformer's rows or the runs are not there."""
+    def baseline(base_row: str, seed: int) -> Optional[str]:
+        if base_row.startswith("transformer_"):
+            return None
+        window = base_row.rsplit("_L", 1)[1] if "_L" in base_row else "15"
+        return f"transformer_L{window}" + (f"_seed{seed}" if seed > 1 else "")
+
+    return paired_comparisons(context, learned, baseline)
+
+
+SHORT_WINDOW = 4  # the paper's L: what a longer window is compared with
+
+
+def against_short_window(context, learned: Sequence[str]) -> Dict[str, dict]:
+    """Each window row longer than SHORT_WINDOW sentences against its family's row at SHORT_WINDOW
+    (its first seed: the shorter windows train one): does the longer window help the family? The
+    same comparisons as :func:`against_transformer`."""
+    def baseline(base_row: str, seed: int) -> Optional[str]:
+        family, _, window = base_row.rpartition("_L")
+        if not family or not window.isdigit() or int(window) <= SHORT_WINDOW:
+            return None
+        return f"{family}_L{SHORT_WINDOW}"
+
+    return paired_comparisons(context, learned, baseline)
+
+
+def paired_comparisons(context, learned: Sequence[str], baseline_of) -> Dict[str, dict]:
+    """Each row against the row ``baseline_of(base row, seed)`` names (None: not compared), as the
+    compare command compares two runs: s-BLEU and the accuracy FAR_BUCKET sentences back over the
+    ``learned`` phenomena. {row id: comparisons as JSON}; empty without learned phenomena or runs."""
     from ..scoring.compare import compare_runs
 
     rows = dict(context.systems)
@@ -219,15 +284,13 @@ def against_transformer(context, learned: Sequence[str]) -> Dict[str, dict]:
         return compared
     for row_id, system in context.systems:
         base_row, seed = row_seed(row_id)
-        if base_row.startswith("transformer_"):
-            continue
-        window = base_row.rsplit("_L", 1)[1] if "_L" in base_row else "15"
-        baseline = f"transformer_L{window}" + (f"_seed{seed}" if seed > 1 else "")
-        if baseline not in rows:
+        baseline = baseline_of(base_row, seed)
+        if baseline is None or baseline not in rows:
             continue
         comparisons = compare_runs(os.path.join(context.runs, rows[baseline].key),
                                    os.path.join(context.runs, system.key), phenomena=learned, distances=FAR_BUCKET)
-        compared[row_id] = {"baseline_row": baseline, "L": window if "_L" in base_row else "document", "seed": seed,
+        window = base_row.rsplit("_L", 1)[1] if "_L" in base_row else "document"
+        compared[row_id] = {"baseline_row": baseline, "L": window, "seed": seed,
                             "s_bleu": comparisons[0].as_dict(), "far": comparisons[-1].as_dict()}
     return compared
 

@@ -170,3 +170,30 @@ def stopping_rules_note(curves: Dict[str, Sequence[Tuple[int, float]]], converge
             markdown(["interval", "patience", "mean updates", "mean updates past the kept one", "mean BLEU lost",
                       "largest BLEU lost", "runs stopped before their best"], rows))
     return text, table
+
+
+def capped_runs_note(runs: Dict[str, Optional[dict]], convergence, last: int = 4) -> Optional[str]:
+    """A note on the runs the cap stopped ({name: :func:`run_convergence`}): each one's last
+    validations, and where the budget's own rule, replayed on its curve, stops it (a run trained
+    under an earlier rule, such as no minimum gain, can have passed that point), with the score it
+    keeps there against its best. None when the cap stopped no run."""
+    from .tables import fmt
+
+    lines = []
+    for name, summary in runs.items():
+        if not summary or not summary["reached_cap"]:
+            continue
+        curve = summary["curve"]
+        stop, kept_update, kept_score = replay(curve, 1, convergence.patience, convergence.min_gain)
+        tail = ", ".join(f"{updates}: {fmt(score)}" for updates, score in curve[-last:])
+        best = f"its best {fmt(summary['best_valid_bleu'])} at {summary['best_update']}"
+        if stop < curve[-1][0]:
+            rule = (f"the budget's rule replayed on its curve stops it at {stop}, keeping {fmt(kept_score)} (at "
+                    f"{kept_update}), {fmt(summary['best_valid_bleu'] - kept_score)} below {best}")
+        else:
+            rule = f"the budget's rule replayed on its curve does not stop it: still improving at the cap ({best})"
+        lines.append(f"* {name}: validation s-BLEU {tail}; {rule}.")
+    if not lines:
+        return None
+    return ("Trained to the cap (the run's row reports where the cap left it; read its curve, and leave it out of "
+            "verdicts the rest of its curve could change):\n\n" + "\n".join(lines))

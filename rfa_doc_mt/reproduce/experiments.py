@@ -199,7 +199,7 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                {EMBEDDED: lstm_systems(True), "paper": lstm_systems(False)}, False, table_lstm),
     Experiment("context_length", "Context beyond four sentences: quality and cost against L on the long-range "
                "corpus", "Wu et al. 2022", {EMBEDDED: context_length_systems()}, True, table_context_length,
-               embedded_data="data-long-range", budget=CONTEXT_LENGTH_BUDGET,
+               embedded_data="data-long-range", budget=CONTEXT_LENGTH_BUDGET, decodes_alone=True,
                validations=CONTEXT_LENGTH_VALIDATIONS,
                # RFA at the longest windows, and the memory model with its own stage 1 on this corpus
                smoke_rows=("rfa_sgate_L15", "memory"),

@@ -188,6 +188,9 @@ class Experiment:
     table: Callable  # (experiment, context) → (markdown, json rows)
     benchmark: Optional[str] = None  # "decode_speed" or "training_memory"
     script: str = ""
+    # its table reports each row's decoding speed: every row's test split decoded once more, alone
+    # on the machine, after the training (running.decode_alone)
+    decodes_alone: bool = False
     # on the embedded corpus its rows' settings are searched and each chosen one trains with
     # several seeds (search.py: Table 1)
     searches: bool = False

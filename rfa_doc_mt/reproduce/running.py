@@ -284,6 +284,40 @@ def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
 
 
 # ---------------------------------------------------------------------------------------
+# decoding speed, measured alone
+
+ALONE = "decoded-alone"  # a run's folder for its test split decoded again alone: OUT/runs/KEY/ALONE/test.*
+
+
+def decode_alone(systems: Sequence[System], data: str, runs: str) -> None:
+    """Decode each system's test split once more (scripts/decode.sh into RUN/decoded-alone/), one
+    system at a time while nothing else of the experiment runs, with one torch thread as the runs
+    train: the decoding a run did for its scores shared the machine with another run's training
+    (and with whatever else ran then), so its speed does not compare between rows; these do.
+    Skipped where the run's current checkpoint_best.pt was decoded so before."""
+    todo = []
+    for system in systems:
+        run_dir = os.path.join(runs, system.key)
+        checkpoint = os.path.join(run_dir, "checkpoint_best.pt")
+        if not os.path.isfile(checkpoint):
+            raise DataError(f"{system.key}: no checkpoint_best.pt in {run_dir} to time its decoding")
+        done = os.path.join(run_dir, ALONE, "test.decode.json")
+        if not os.path.isfile(done) or os.path.getmtime(done) < os.path.getmtime(checkpoint):
+            todo.append((system, run_dir, checkpoint))
+    for count, (system, run_dir, checkpoint) in enumerate(todo, 1):
+        log(f"decoding speed: {system.key}'s test split decoded alone ({count} of {len(todo)}; log: "
+            f"{run_dir}/{ALONE}.log)")
+        os.makedirs(os.path.join(run_dir, ALONE), exist_ok=True)
+        command = [os.path.join(ROOT, "scripts", "decode.sh"), os.path.join(ROOT, system.config), data, checkpoint,
+                   os.path.join(run_dir, ALONE, "test")]
+        with open(os.path.join(run_dir, f"{ALONE}.log"), "w", encoding="utf-8") as handle:
+            done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT,
+                                  env=dict(os.environ, OMP_NUM_THREADS="1", SPLIT="test"))
+        if done.returncode != 0:
+            raise DataError(f"{system.key}: decoding its test split alone failed; see {run_dir}/{ALONE}.log")
+
+
+# ---------------------------------------------------------------------------------------
 # benchmarks
 
 
