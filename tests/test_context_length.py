@@ -12,6 +12,7 @@ from rfa_doc_mt.reproduce.context_length import (
     learned_phenomena,
     peak_training_mb,
     seconds_per_update,
+    training_minutes,
     wilson,
 )
 
@@ -79,6 +80,18 @@ def test_seconds_per_update_is_the_median_interval_of_training_steps(tmp_path):
     assert seconds_per_update(str(tmp_path)) == pytest.approx(0.91)  # (90 + 92) / 2 / 100: the median
     (tmp_path / "train.log").write_text(interval_line(1, 4.0, 0) + interval_line(2, 2.0, 0))
     assert seconds_per_update(str(tmp_path)) == pytest.approx(1 / 3.0)  # sub-second intervals: from ups
+
+
+def test_training_minutes_are_updates_times_each_stages_rate(tmp_path):
+    stage1, stage2 = tmp_path / "stage1", tmp_path / "stage2"
+    stage1.mkdir()
+    stage2.mkdir()
+    (stage1 / "train.log").write_text(interval_line(100, 1.0, 60) + interval_line(200, 1.0, 60))
+    (stage2 / "train.log").write_text(interval_line(100, 1.0, 180))
+    assert training_minutes({"updates": 200}, str(stage1)) == pytest.approx(2.0)
+    assert training_minutes({"updates": 100, "stage1_updates": 200}, str(stage2), str(stage1)) == pytest.approx(5.0)
+    assert training_minutes({"updates": None}, str(stage1)) is None
+    assert training_minutes({"updates": 100}, str(tmp_path / "none")) is None
 
 
 def test_each_row_is_compared_with_the_transformer_of_its_l_and_seed(tmp_path):

@@ -91,6 +91,21 @@ def seconds_per_update(run_dir: str) -> Optional[float]:
     return 1 / (sum(rates) / len(rates)) if rates else None
 
 
+def training_minutes(result: dict, run_dir: str, parent_dir: Optional[str] = None) -> Optional[float]:
+    """Minutes of training steps: the updates the run trained times its :func:`seconds_per_update`
+    (a fine-tuned run: its first stage's too, at that run's own rate); validations left out."""
+    stages = [(result.get("updates"), run_dir)]
+    if parent_dir is not None:
+        stages.append((result.get("stage1_updates"), parent_dir))
+    seconds = 0.0
+    for updates, directory in stages:
+        per_update = seconds_per_update(directory)
+        if updates is None or per_update is None:
+            return None
+        seconds += updates * per_update
+    return seconds / 60
+
+
 def peak_training_mb(run_dir: str) -> Optional[float]:
     """The training process's peak resident memory (fairseq_command's train.resources.json)."""
     path = os.path.join(run_dir, "train.resources.json")
@@ -163,12 +178,15 @@ def table_context_length(context) -> Tuple[str, list]:
         per_phenomenon = {p: {bucket_name(b): bucket_accuracy(result["consistency"], [p], b) for b in BUCKETS}
                           for p in phenomena}
         speed = decoding_speed(run_dir)
-        cost = {"seconds_per_update": seconds_per_update(run_dir), "peak_training_mb": peak_training_mb(run_dir),
-                "decoding": speed}
+        parent_dir = os.path.join(context.runs, system.starts_from) if system.starts_from else None
+        cost = {"seconds_per_update": seconds_per_update(run_dir),
+                "training_minutes": training_minutes(result, run_dir, parent_dir),
+                "peak_training_mb": peak_training_mb(run_dir), "decoding": speed}
         trained = convergence_cells([result.get("convergence")]) if context.converged else [updates_cell(result)]
         rows.append([system.label.rsplit(" L=", 1)[0], window, str(seed), *trained, fmt(result["s_bleu"]),
                      fmt(result["d_bleu"])] + [fmt_accuracy(pooled[n]) for n in names]
-                    + [fmt(cost["seconds_per_update"], 2), fmt(cost["peak_training_mb"], 0),
+                    + [fmt(cost["seconds_per_update"], 2), fmt(cost["training_minutes"], 0),
+                       fmt(cost["peak_training_mb"], 0),
                        fmt(speed["tokens_per_second"] if speed else None, 0),
                        fmt(speed["sentences_per_second"] if speed else None, 1)])
         detail_rows.append([system.label.rsplit(" L=", 1)[0], window, str(seed)] + [
@@ -188,7 +206,7 @@ def table_context_length(context) -> Tuple[str, list]:
     bucket_headers = [f"acc. {n}" for n in names]
     trained_header = CONVERGENCE_HEADER if context.converged else ["updates"]
     table = markdown(["system", "L", "seed", *trained_header, "s-BLEU", "d-BLEU"] + bucket_headers
-                     + ["s / update", "peak train MB", "decode tok/s", "decode sent/s"], rows)
+                     + ["s / update", "train min", "peak train MB", "decode tok/s", "decode sent/s"], rows)
     detail = markdown(["system", "L", "seed"] + [f"{p} ({' / '.join(names)})" for p in phenomena], detail_rows)
     examples = {n: (pooled_examples(context.results[keys[0]]["consistency"], learned, b)) for n, b in
                 zip(names, BUCKETS)}
@@ -201,12 +219,13 @@ def table_context_length(context) -> Tuple[str, list]:
         "are counted as independent). Chance is 50. A window of L sentences sees antecedents up to L - 1 back; "
         "the memory model reads every earlier sentence of the example (14).")
     context.notes.append(
-        "Cost: s / update is the median over the logged training intervals of the training steps' wall "
-        "time per update (fairseq's train_wall: validations and checkpoint saves excluded; two runs shared the "
-        "machine's two cores, one torch thread each); peak train MB is the training process's peak resident "
-        "memory (model, optimiser, Python and torch included); decode tok/s and sent/s are the tokens and "
-        "sentences of the kept translations per second of fairseq-generate's decoding of the test split (beam 4, "
-        "64 windows a batch), decoded once more after the training, one run at a time alone on the machine with one "
+        "Cost: s / update is the median over the logged training intervals of the training steps' wall time per "
+        "update (fairseq's train_wall: validations and checkpoint saves excluded; two runs shared the machine's two"
+        " cores, one torch thread each); train min is the updates trained times s / update (the memory model: both "
+        "stages, each at its own rate), validations left out; peak train MB is the training process's peak resident"
+        " memory (model, optimiser, Python and torch included); decode tok/s and sent/s are the tokens and "
+        "sentences of the kept translations per second of fairseq-generate's decoding of the test split (beam 4, 64"
+        " windows a batch), decoded once more after the training, one run at a time alone on the machine with one "
         "torch thread: a window of L sentences generates all L to keep its last, so both fall with L. BLEU: the "
         "long-range test split, 12 documents (466 sentences), the same for every system.")
     context.notes.append("Per phenomenon (accuracy per distance bucket):\n\n" + detail)
