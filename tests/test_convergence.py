@@ -253,6 +253,28 @@ def test_context_length_at_convergence_trains_every_l_the_memory_and_a_second_se
     assert EXPERIMENTS["context_length"].convergence == CONTEXT_LENGTH_CONVERGENCE
 
 
+def test_row_seeds_add_a_third_seed_to_the_rows_named(capsys):
+    """--row-seeds: a third seed where two disagree, for the row and the transformer it is compared
+    with; refused without --converge, for a row the experiment lacks and for Table 1 (its search's)."""
+    from rfa_doc_mt.reproduce.cli import main
+
+    experiment = EXPERIMENTS["context_length"]
+    rows = dict(experiment.rows(EMBEDDED, converged=True, row_seeds={"transformer_L15": 3, "lsh_L4": 2}))
+    assert rows["transformer_L15_seed3"].overrides == ("--seed", "3") and "transformer_L15_seed2" in rows
+    assert rows["lsh_L4_seed2"].key == "context-lsh_L4-seed2" and "long_short_L15_seed3" not in rows
+    assert "transformer_L15_seed2" not in dict(experiment.rows(EMBEDDED, converged=True,
+                                                               row_seeds={"transformer_L15": 1}))
+    for argv, message in ((["--row-seeds", "transformer_L15=3"], "goes with --converge"),
+                          (["--converge", "--row-seeds", "transformer_L16=3"], "no row transformer_L16"),
+                          (["--converge", "--row-seeds", "transformer_L15=0"], "is not ROW=N")):
+        with pytest.raises(SystemExit):
+            main(["context_length", "--out", "/nonexistent", *argv])
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["rfa_table1", "--converge", "--row-seeds", "transformer_L4=2", "--out", "/nonexistent"])
+    assert "search's" in capsys.readouterr().err
+
+
 def test_the_early_stopping_counter_survives_a_resume(monkeypatch):
     """fairseq-train keeps its patience count on its should_stop_early function; the task saves it
     in the checkpoint and puts it back on resume, so that a resumed run stops where an

@@ -46,6 +46,17 @@ from .search import CHOSEN_PLAN, FULL_PLAN, SMOKE_PLAN, SMOKE_SEEDED_ROWS, Table
 from .tables import bleu_curves_plot, curves_plot, system_results
 
 
+def parse_row_seeds(text: str) -> Dict[str, int]:
+    """``--row-seeds``: "ROW=N,ROW=N" → {row: N}, every N at least 1."""
+    seeds = {}
+    for item in text.split(","):
+        row, equals, count = item.strip().partition("=")
+        if not equals or not row or not count.strip().isdigit() or int(count) < 1:
+            raise ValueError(f"--row-seeds: {item.strip()!r} is not ROW=N with N at least 1")
+        seeds[row.strip()] = int(count)
+    return seeds
+
+
 class Context:
     """What a table function reads: the systems (row id, System), their results, the benchmark;
     for a table of several seeds, ``seeds`` (row id → [(seed, System)]), the ``search`` that
@@ -210,6 +221,11 @@ def main(argv=None) -> int:
                              f"trains with, seed 1 being its search run (default {DEFAULT_SEEDS}; with --smoke "
                              f"{SMOKE_SEEDS} for the L=1 rows, 1 for the others): the table gives their mean and "
                              "standard deviation and compares each seed with the transformer's of the same seed")
+    parser.add_argument("--row-seeds", metavar="ROW=N[,ROW=N...]",
+                        help="with --converge: the seeds these rows train with, in place of the experiment's own "
+                             "(a third seed where two disagree: transformer_L15=3,long_short_L15=3; the rows: "
+                             "--list --converge); a row compared with the transformer needs the transformer's "
+                             "seeds too")
     parser.add_argument("--list", action="store_true",
                         help="list experiments, corpora and systems (Table 1's search and seeds), then exit")
     args = parser.parse_args(argv)
@@ -224,6 +240,12 @@ def main(argv=None) -> int:
             parser.error(f"--{name.replace('_', '-')} goes with --converge and must be at least 1")
     if args.min_gain is not None and (args.min_gain < 0 or not args.converge):
         parser.error("--min-gain goes with --converge and must be at least 0")
+    try:
+        args.row_seeds = parse_row_seeds(args.row_seeds) if args.row_seeds else None
+    except ValueError as error:
+        parser.error(str(error))
+    if args.row_seeds and not args.converge:
+        parser.error("--row-seeds goes with --converge")
     if args.converge and args.budget is not None:
         parser.error("--budget and --converge are two budgets: give one")
     if args.list:
@@ -244,6 +266,14 @@ def main(argv=None) -> int:
         parser.error("--seeds goes with the embedded corpus (a real corpus trains each paper config once)")
     experiments = [e for e in EXPERIMENTS.values() if e.in_all] if args.experiment == "all" else \
         [EXPERIMENTS[args.experiment]]
+    if args.row_seeds:
+        if any(e.searches for e in experiments):
+            parser.error("--row-seeds: Table 1's seeds are its search's (--seeds)")
+        known = {row_id for e in experiments for row_id, _ in e.rows(EMBEDDED, converged=True)}
+        unknown = sorted(set(args.row_seeds) - known)
+        if unknown:
+            parser.error(f"--row-seeds: no row {', '.join(unknown)} in {args.experiment} at convergence (the rows: "
+                         "--list --converge)")
     if args.experiment == "all" and args.corpus != EMBEDDED:
         parser.error("`all` runs on the embedded corpus; run each experiment with its own --corpus and --data")
     if args.corpus != EMBEDDED and not args.data:
@@ -274,7 +304,8 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
     generated OUT/``data_name``)."""
     # 1. what to run: every row's system once; Table 1's search on the embedded corpus adds its
     # settings' runs, then their seeds, as it goes
-    plan = [(experiment, experiment.rows(args.corpus, args.smoke, args.converge)) for experiment in experiments]
+    plan = [(experiment, experiment.rows(args.corpus, args.smoke, args.converge, args.row_seeds))
+            for experiment in experiments]
     # experiments on one corpus share runs: they validate as often as the one that asks most
     args.validations = max(experiment.validations for experiment in experiments)
     args.convergence = group_convergence(args, experiments) if args.converge else bleu_budget(args, experiments)

@@ -217,9 +217,12 @@ class Experiment:
     # trained by `reproduce all` (the diagnosis is not: it answers a question of this project's)
     in_all: bool = True
 
-    def rows(self, corpus: str, smoke: bool = False, converged: bool = False) -> List[Tuple[str, System]]:
+    def rows(self, corpus: str, smoke: bool = False, converged: bool = False,
+             row_seeds: Optional[Dict[str, int]] = None) -> List[Tuple[str, System]]:
         """The rows a run trains: every row, a smoke run's, or a convergence run's (with the seeds
-        of its seeded rows, each a row of its own: ``ROW_seedN``)."""
+        of its seeded rows, each a row of its own: ``ROW_seedN``; ``row_seeds``: row id → seeds,
+        in place of the experiment's own for those rows)."""
+        seeds = {**self.converged_seeds, **(row_seeds or {})}
         rows = self.systems(corpus)
         if converged and self.converged_rows is not None:
             rows = [row for row in rows if row[0] in self.converged_rows]
@@ -231,7 +234,7 @@ class Experiment:
         for row_id, system in rows:
             seeded.append((row_id, system))
             seeded += [(f"{row_id}_seed{seed}", seeded_system(system, seed))
-                       for seed in range(2, self.converged_seeds.get(row_id, 1) + 1)]
+                       for seed in range(2, seeds.get(row_id, 1) + 1)]
         return seeded
 
     def systems(self, corpus: str) -> List[Tuple[str, System]]:
