@@ -34,8 +34,13 @@ single distinct candidate is skipped by the scorer.
 USAGE
 }
 
-PYTHON="$ROOT/.venv/bin/python"
-[ -x "$PYTHON" ] || PYTHON=python3
+# the Python: RFA_DOC_MT_PYTHON where set (as in scripts/common.sh), else the project's .venv, else python3
+if [ -n "${RFA_DOC_MT_PYTHON:-}" ]; then
+    PYTHON=$RFA_DOC_MT_PYTHON
+else
+    PYTHON="$ROOT/.venv/bin/python"
+    [ -x "$PYTHON" ] || PYTHON=python3
+fi
 PREP="$ROOT/data-bin/opensubtitles-en-ru"
 OUT=""
 JSON=()

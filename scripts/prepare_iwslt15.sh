@@ -26,8 +26,13 @@ prep.json). Without train.tags only the valid and test splits are prepared.
 USAGE
 }
 
-PYTHON="$ROOT/.venv/bin/python"
-[ -x "$PYTHON" ] || PYTHON=python3
+# the Python: RFA_DOC_MT_PYTHON where set (as in scripts/common.sh), else the project's .venv, else python3
+if [ -n "${RFA_DOC_MT_PYTHON:-}" ]; then
+    PYTHON=$RFA_DOC_MT_PYTHON
+else
+    PYTHON="$ROOT/.venv/bin/python"
+    [ -x "$PYTHON" ] || PYTHON=python3
+fi
 WIT3_DIR="$ROOT/../shared/data/iwslt15-zh-en"
 OUT="$ROOT/data-bin/iwslt15-zh-en"
 EXTRA=()

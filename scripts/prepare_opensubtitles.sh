@@ -15,8 +15,13 @@ usage: $(basename "$0") --data-dir DIR [--out DIR] [--bpe-size N] [--workers N] 
 USAGE
 }
 
-PYTHON="$ROOT/.venv/bin/python"
-[ -x "$PYTHON" ] || PYTHON=python3
+# the Python: RFA_DOC_MT_PYTHON where set (as in scripts/common.sh), else the project's .venv, else python3
+if [ -n "${RFA_DOC_MT_PYTHON:-}" ]; then
+    PYTHON=$RFA_DOC_MT_PYTHON
+else
+    PYTHON="$ROOT/.venv/bin/python"
+    [ -x "$PYTHON" ] || PYTHON=python3
+fi
 DATA_DIR=""
 OUT="$ROOT/data-bin/opensubtitles-en-ru"
 EXTRA=()

@@ -20,8 +20,13 @@ other options: those of \`python -m rfa_doc_mt.data.prepare synthetic\`
 USAGE
 }
 
-PYTHON="$ROOT/.venv/bin/python"
-[ -x "$PYTHON" ] || PYTHON=python3
+# the Python: RFA_DOC_MT_PYTHON where set (as in scripts/common.sh), else the project's .venv, else python3
+if [ -n "${RFA_DOC_MT_PYTHON:-}" ]; then
+    PYTHON=$RFA_DOC_MT_PYTHON
+else
+    PYTHON="$ROOT/.venv/bin/python"
+    [ -x "$PYTHON" ] || PYTHON=python3
+fi
 OUT="$ROOT/data-bin/synthetic"
 EXTRA=()
 while [ $# -gt 0 ]; do

@@ -343,3 +343,24 @@ def test_train_without_a_train_split_says_what_is_missing(synthetic, tmp_path):
         f"with its training text (for IWSLT, train.tags.src-tgt.* in --wit3-dir), or pass --train-subset valid "
         f"for a smoke run"]
     assert not save_dir.exists()
+
+
+@pytest.mark.parametrize("script", ["prepare_synthetic.sh", "prepare_consistency.sh", "prepare_iwslt15.sh",
+                                    "prepare_opensubtitles.sh", "prepare_text.sh"])
+def test_every_prepare_script_runs_the_python_rfa_doc_mt_python_names(tmp_path, script):
+    """A checkout without its own .venv (a second worktree, a GPU machine) runs the scripts with
+    RFA_DOC_MT_PYTHON, as scripts/common.sh does: the preparation scripts, which do not source it,
+    too. Here that Python is a stand-in that says it ran."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho \"stand-in python: $*\"\nexit 3\n")
+    fake.chmod(0o755)
+    source = tmp_path / "docs.txt"
+    source.write_text("a\n")
+    arguments = {"prepare_synthetic.sh": ["--out", str(tmp_path / "out")],
+                 "prepare_consistency.sh": [str(tmp_path / "data")],
+                 "prepare_iwslt15.sh": [str(tmp_path / "wit3"), str(tmp_path / "data")],
+                 "prepare_opensubtitles.sh": ["--data-dir", str(tmp_path / "os"), "--out", str(tmp_path / "data")],
+                 "prepare_text.sh": ["--src", str(source), "--tgt", str(source), "--out", str(tmp_path / "data")]}
+    done = subprocess.run([os.path.join(ROOT, "scripts", script), *arguments[script]], capture_output=True,
+                          text=True, env=dict(os.environ, RFA_DOC_MT_PYTHON=str(fake)), timeout=60)
+    assert "stand-in python:" in done.stdout + done.stderr, (done.stdout, done.stderr)

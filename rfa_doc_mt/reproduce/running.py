@@ -398,6 +398,8 @@ def prepare_embedded(out: str, smoke: bool, name: str = "data", converged: bool 
         full, smoke_settings = EMBEDDED_CORPORA[name]
         settings = smoke_settings if smoke else full
         log(f"embedded synthetic corpus -> {data}" + (f" ({' '.join(settings)})" if settings else ""))
-        subprocess.run([os.path.join(ROOT, "scripts", "prepare_synthetic.sh"), "--out", data, *settings],
-                       check=True, stdout=subprocess.DEVNULL)
+        done = subprocess.run([os.path.join(ROOT, "scripts", "prepare_synthetic.sh"), "--out", data, *settings],
+                              stdout=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise DataError(f"preparing the embedded corpus into {data} failed (its errors are above)")
     return data
