@@ -9,7 +9,8 @@
 #   valid        decode and score the validation split (OUT_DIR/valid.hyp, valid.bleu.json, ...)
 #   test         decode and score the test split
 #   consistency  contrastive consistency (when DATA_DIR has contrastive sets)
-#   attention    where the cross attention looks (OUT_DIR/attention.json: rfa_doc_mt.scoring.attention)
+#   attention    where the cross attention looks (rfa_doc_mt.scoring.attention): OUT_DIR/attention.json
+#                of checkpoint_best.pt, OUT_DIR/attention.last.json of checkpoint_last.pt
 # Other options: those of `fairseq-train --user-dir rfa_doc_mt --task doc_translation` (after OUT_DIR),
 # for the training.
 set -euo pipefail
@@ -45,10 +46,16 @@ if [[ " $evaluate " == *" consistency "* ]] && [ -d "$data/consistency" ] && { [
     --sets "$data/consistency" --json "$out/consistency.json" > "$out/consistency.log" 2>&1 \
     || { tail -20 "$out/consistency.log" >&2; die "consistency scoring failed; see $out/consistency.log"; }
 fi
-if [[ " $evaluate " == *" attention "* ]] && { [ ! -f "$out/attention.json" ] \
-    || [ "$out/checkpoint_best.pt" -nt "$out/attention.json" ]; }; then
-  log "$name: where the cross attention looks"
-  "$PYTHON" -m rfa_doc_mt.scoring.attention --path "$out/checkpoint_best.pt" --data "$data" \
-    --json "$out/attention.json" > "$out/attention.log" 2>&1 \
-    || { tail -20 "$out/attention.log" >&2; die "reading the cross attention failed; see $out/attention.log"; }
+if [[ " $evaluate " == *" attention "* ]]; then
+  # the checkpoint kept (attention.json) and the last one (attention.last.json: for runs of one
+  # fixed budget, every run at the same point of training)
+  for which in best last; do
+    report="$out/attention.json"; [ "$which" = last ] && report="$out/attention.last.json"
+    if [ ! -f "$report" ] || [ "$out/checkpoint_$which.pt" -nt "$report" ]; then
+      log "$name: where the cross attention of checkpoint_$which.pt looks"
+      "$PYTHON" -m rfa_doc_mt.scoring.attention --path "$out/checkpoint_$which.pt" --data "$data" \
+        --json "$report" > "${report%.json}.log" 2>&1 \
+        || { tail -20 "${report%.json}.log" >&2; die "reading the cross attention failed; see ${report%.json}.log"; }
+    fi
+  done
 fi

@@ -146,11 +146,11 @@ FULL_EVALUATION = ("test", "consistency")
 def finished(run_dir: str, evaluate: Sequence[str], scoring_consistency: bool) -> bool:
     """Whether a run has finished its training (train.sh's train.done) and has what ``evaluate``
     asks of it (consistency only where the corpus has contrastive sets)."""
-    outputs = {"valid": "valid.bleu.json", "test": "test.bleu.json", "consistency": "consistency.json",
-               "attention": "attention.json"}
+    outputs = {"valid": ["valid.bleu.json"], "test": ["test.bleu.json"], "consistency": ["consistency.json"],
+               "attention": ["attention.json", "attention.last.json"]}
     return os.path.isfile(os.path.join(run_dir, "train.done")) and \
-        all(os.path.isfile(os.path.join(run_dir, outputs[step])) for step in evaluate
-            if step != "consistency" or scoring_consistency)
+        all(os.path.isfile(os.path.join(run_dir, output)) for step in evaluate
+            if step != "consistency" or scoring_consistency for output in outputs[step])
 
 
 Request = Tuple[System, Tuple[str, ...]]  # a system, and what to evaluate after its training (EVALUATIONS)

@@ -14,7 +14,8 @@ transformer), and ``φ(q)·φ(k_i) c_i / Σ_j φ(q)·φ(k_j) c_j`` for random fe
 :func:`rfa_doc_mt.modules.random_feature_attention.reference_cross_rfa`'s weights, with the
 evaluation matrix decoding uses), whose Fourier features can give a key a negative weight: the
 share is signed, and sums to 1 over the source. Printed per decoder layer and head, with what a
-head spreading its weight evenly over the window's real tokens would give (``uniform``)."""
+head spreading its weight evenly over the window's real tokens would give (``uniform``) and the
+updates the checkpoint was trained (``updates``)."""
 
 import argparse
 import sys
@@ -140,12 +141,16 @@ def current_sentence_share(model, dataset, separator: int, pad: int, windows: in
 
 
 def load(path: str, data: str):
+    """The checkpoint's model (eval mode), its task on ``data``, and the updates it was trained."""
     from fairseq import checkpoint_utils
 
     from .. import compat  # noqa: F401  (checkpoints load under torch >= 2.6)
 
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
-    return models[0].eval(), task
+    overrides = {"data": data}
+    state = checkpoint_utils.load_checkpoint_to_cpu(path, overrides)
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides, state=state)
+    history = state.get("optimizer_history") or [{}]
+    return models[0].eval(), task, history[-1].get("num_updates")
 
 
 def main(argv=None) -> Dict:
@@ -161,13 +166,13 @@ def main(argv=None) -> Dict:
     if args.windows < 1:
         parser.error("--windows must be at least 1")
     torch.set_grad_enabled(False)
-    model, task = load(args.path, args.data)
+    model, task, updates = load(args.path, args.data)
     task.load_dataset(args.split)
     result = current_sentence_share(model, task.datasets[args.split], task.source_separator,
                                     task.source_dictionary.pad(), args.windows)
-    result.update(checkpoint=args.path, split=args.split)
-    print(f"{args.path}: cross attention's weight on the current source sentence, from its target tokens "
-          f"({result['windows']} windows of {args.split}, {result['target_tokens']} tokens; uniform "
+    result.update(checkpoint=args.path, split=args.split, updates=updates)
+    print(f"{args.path} ({updates} updates): cross attention's weight on the current source sentence, from its "
+          f"target tokens ({result['windows']} windows of {args.split}, {result['target_tokens']} tokens; uniform "
           f"{result['uniform']:.3f})")
     for layer, heads in enumerate(result["per_layer_head"]):
         print(f"  layer {layer}: mean {result['per_layer'][layer]:.3f}; heads " +
