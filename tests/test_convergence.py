@@ -275,6 +275,24 @@ def test_row_seeds_add_a_third_seed_to_the_rows_named(capsys):
     assert "search's" in capsys.readouterr().err
 
 
+def test_status_tells_each_run_not_started_training_or_trained(tmp_path, capsys):
+    from rfa_doc_mt.reproduce.running import print_status
+
+    runs = tmp_path / "runs"
+    write_log(str(runs / "a"), CURVE[:5])  # interrupted at 500
+    write_log(str(runs / "b"), CURVE, early=True)
+    (runs / "b" / "train.done").write_text("")
+    (runs / "b" / "test.bleu.json").write_text("{}")
+    write_log(str(runs / "search-setting"), CURVE[:2])  # a run no system names: listed too
+    states = print_status(str(runs), [System("A", "configs/a.sh", name=name) for name in ("a", "b", "c")])
+    assert list(states) == ["a", "b", "c", "search-setting"]
+    assert states["a"] == "training: 500 updates; validation s-BLEU 90.50 at 500, best 90.50 at 500"
+    assert states["b"].startswith("trained: stopped on its patience, 1200 updates; validation s-BLEU 90.80 at "
+                                  "1200, best 91.00 at 1000") and states["b"].endswith("; scored")
+    assert states["c"] == "not started"
+    assert "4 runs: 1 trained, 2 training or interrupted, 1 not started" in capsys.readouterr().out
+
+
 def test_the_early_stopping_counter_survives_a_resume(monkeypatch):
     """fairseq-train keeps its patience count on its should_stop_early function; the task saves it
     in the checkpoint and puts it back on resume, so that a resumed run stops where an

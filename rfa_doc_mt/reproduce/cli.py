@@ -38,6 +38,7 @@ from .running import (
     finished,
     log,
     prepare_embedded,
+    print_status,
     run_benchmark,
     run_systems,
     speed_corpus,
@@ -226,6 +227,9 @@ def main(argv=None) -> int:
                              "(a third seed where two disagree: transformer_L15=3,long_short_L15=3; the rows: "
                              "--list --converge); a row compared with the transformer needs the transformer's "
                              "seeds too")
+    parser.add_argument("--status", action="store_true",
+                        help="where a reproduction in --out stands: each run trained, training (or interrupted) or "
+                             "not started, with its updates and validation scores; trains nothing")
     parser.add_argument("--list", action="store_true",
                         help="list experiments, corpora and systems (Table 1's search and seeds), then exit")
     args = parser.parse_args(argv)
@@ -283,6 +287,11 @@ def main(argv=None) -> int:
     if args.converge and args.corpus != EMBEDDED:
         parser.error("--converge goes with the embedded corpus (the paper configs stop early on their own)")
     out = os.path.abspath(args.out)
+    if args.status:
+        plan = [system for experiment in experiments for system in systems_to_train(
+            experiment.rows(args.corpus, args.smoke, args.converge, args.row_seeds))]
+        print_status(os.path.join(out, "runs"), list({system.key: system for system in plan}.values()))
+        return 0
     command = "scripts/" + ("reproduce_all.sh" if args.experiment == "all" else f"reproduce_{args.experiment}.sh") \
         + "".join(f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:])[1:])
     start = time.monotonic()

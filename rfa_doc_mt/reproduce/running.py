@@ -284,6 +284,53 @@ def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
 
 
 # ---------------------------------------------------------------------------------------
+# where a reproduction stands
+
+
+def run_status(run_dir: str) -> str:
+    """One run's state from its files: not started, training (updates so far and its validation
+    s-BLEU, or loss), or finished (where it stopped and why, whether its test split is scored)."""
+    from .convergence import stopped_early
+    from .tables import learning_curve, trained_updates
+
+    if not os.path.isfile(os.path.join(run_dir, "train.log")):
+        return "not started"
+    updates = trained_updates(run_dir)
+    curve, metric = learning_curve(run_dir, "bleu"), "validation s-BLEU"
+    if not curve:
+        curve, metric = learning_curve(run_dir, "loss"), "validation loss"
+    if curve:
+        best = (max if metric.endswith("BLEU") else min)(score for _, score in curve)
+        best_update = max(u for u, score in curve if score == best)
+        figures = f"{metric} {curve[-1][1]:.2f} at {curve[-1][0]}, best {best:.2f} at {best_update}"
+    else:
+        figures = "no validation yet"
+    if not os.path.isfile(os.path.join(run_dir, "train.done")):
+        return f"training: {updates or 0} updates; {figures}"
+    how = "stopped on its patience" if stopped_early(run_dir) else "stopped at its last update"
+    scored = "scored" if os.path.isfile(os.path.join(run_dir, "test.bleu.json")) else "not scored yet"
+    return f"trained: {how}, {updates} updates; {figures}; {scored}"
+
+
+def print_status(runs: str, systems: Sequence[System]) -> Dict[str, str]:
+    """Each run of ``systems`` (and any other run under ``runs``: Table 1's search settings) with
+    :func:`run_status`, and a count; {run: state}."""
+    keys = [system.key for system in systems]
+    if os.path.isdir(runs):
+        keys += sorted(name for name in os.listdir(runs)
+                       if os.path.isdir(os.path.join(runs, name)) and name not in keys)
+    states = {key: run_status(os.path.join(runs, key)) for key in keys}
+    counts = {label: sum(state.startswith(label) for state in states.values())
+              for label in ("trained", "training", "not started")}
+    print(f"{runs}: {len(states)} runs: {counts['trained']} trained, {counts['training']} training or "
+          f"interrupted, {counts['not started']} not started")
+    width = max((len(key) for key in states), default=0)
+    for key, state in states.items():
+        print(f"  {key:{width}s}  {state}")
+    return states
+
+
+# ---------------------------------------------------------------------------------------
 # decoding speed, measured alone
 
 ALONE = "decoded-alone"  # a run's folder for its test split decoded again alone: OUT/runs/KEY/ALONE/test.*
