@@ -253,9 +253,10 @@ def test_context_length_at_convergence_trains_every_l_the_memory_and_a_second_se
     assert EXPERIMENTS["context_length"].convergence == CONTEXT_LENGTH_CONVERGENCE
 
 
-def test_row_seeds_add_a_third_seed_to_the_rows_named(capsys):
+def test_row_seeds_add_a_third_seed_to_the_rows_named_and_rows_train_part(capsys):
     """--row-seeds: a third seed where two disagree, for the row and the transformer it is compared
-    with; refused without --converge, for a row the experiment lacks and for Table 1 (its search's)."""
+    with; refused without --converge, for a row the experiment lacks and for Table 1 (its search's).
+    --rows: only the rows named, with their seeds."""
     from rfa_doc_mt.reproduce.cli import main
 
     experiment = EXPERIMENTS["context_length"]
@@ -273,6 +274,15 @@ def test_row_seeds_add_a_third_seed_to_the_rows_named(capsys):
     with pytest.raises(SystemExit):
         main(["rfa_table1", "--converge", "--row-seeds", "transformer_L4=2", "--out", "/nonexistent"])
     assert "search's" in capsys.readouterr().err
+    # --rows: part of an experiment, the rows' seeds with them
+    part = experiment.rows(EMBEDDED, converged=True, only=["rfa_sgate_L15", "memory"])
+    assert [row for row, _ in part] == ["rfa_sgate_L15", "rfa_sgate_L15_seed2", "memory"]
+    for argv, message in ((["context_length", "--rows", "rfa_sgate_L16"], "no row rfa_sgate_L16"),
+                          (["all", "--rows", "memory"], "goes with one experiment"),
+                          (["rfa_table1", "--rows", "rfa_L4"], "goes with one experiment")):
+        with pytest.raises(SystemExit):
+            main([*argv, "--out", "/nonexistent"])
+        assert message in capsys.readouterr().err
 
 
 def test_status_tells_each_run_not_started_training_or_trained(tmp_path, capsys):

@@ -227,6 +227,9 @@ def main(argv=None) -> int:
                              "(a third seed where two disagree: transformer_L15=3,long_short_L15=3; the rows: "
                              "--list --converge); a row compared with the transformer needs the transformer's "
                              "seeds too")
+    parser.add_argument("--rows", metavar="ROW[,ROW...]", type=lambda text: [r for r in text.split(",") if r],
+                        help="train and tabulate only these rows of the experiment (their seeds too; the rows: "
+                             "--list), e.g. to run part of a long experiment first")
     parser.add_argument("--status", action="store_true",
                         help="where a reproduction in --out stands: each run trained, training (or interrupted) or "
                              "not started, with its updates and validation scores; trains nothing")
@@ -270,6 +273,13 @@ def main(argv=None) -> int:
         parser.error("--seeds goes with the embedded corpus (a real corpus trains each paper config once)")
     experiments = [e for e in EXPERIMENTS.values() if e.in_all] if args.experiment == "all" else \
         [EXPERIMENTS[args.experiment]]
+    if args.rows:
+        if args.experiment == "all" or any(e.searches for e in experiments):
+            parser.error("--rows goes with one experiment, not `all` or Table 1 (its rows come from its search)")
+        known = {row_id for row_id, _ in experiments[0].systems(args.corpus)}
+        unknown = sorted(set(args.rows) - known)
+        if unknown:
+            parser.error(f"--rows: no row {', '.join(unknown)} in {args.experiment} (its rows: {', '.join(known)})")
     if args.row_seeds:
         if any(e.searches for e in experiments):
             parser.error("--row-seeds: Table 1's seeds are its search's (--seeds)")
@@ -289,7 +299,7 @@ def main(argv=None) -> int:
     out = os.path.abspath(args.out)
     if args.status:
         plan = [system for experiment in experiments for system in systems_to_train(
-            experiment.rows(args.corpus, args.smoke, args.converge, args.row_seeds))]
+            experiment.rows(args.corpus, args.smoke, args.converge, args.row_seeds, args.rows))]
         print_status(os.path.join(out, "runs"), list({system.key: system for system in plan}.values()))
         return 0
     command = "scripts/" + ("reproduce_all.sh" if args.experiment == "all" else f"reproduce_{args.experiment}.sh") \
@@ -313,7 +323,7 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
     generated OUT/``data_name``)."""
     # 1. what to run: every row's system once; Table 1's search on the embedded corpus adds its
     # settings' runs, then their seeds, as it goes
-    plan = [(experiment, experiment.rows(args.corpus, args.smoke, args.converge, args.row_seeds))
+    plan = [(experiment, experiment.rows(args.corpus, args.smoke, args.converge, args.row_seeds, args.rows))
             for experiment in experiments]
     # experiments on one corpus share runs: they validate as often as the one that asks most
     args.validations = max(experiment.validations for experiment in experiments)

@@ -3,7 +3,7 @@ the budget every embedded system gets, and the papers' own numbers (shown beside
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..data.io import DataError
 
@@ -218,12 +218,15 @@ class Experiment:
     in_all: bool = True
 
     def rows(self, corpus: str, smoke: bool = False, converged: bool = False,
-             row_seeds: Optional[Dict[str, int]] = None) -> List[Tuple[str, System]]:
+             row_seeds: Optional[Dict[str, int]] = None, only: Optional[Sequence[str]] = None
+             ) -> List[Tuple[str, System]]:
         """The rows a run trains: every row, a smoke run's, or a convergence run's (with the seeds
         of its seeded rows, each a row of its own: ``ROW_seedN``; ``row_seeds``: row id → seeds,
-        in place of the experiment's own for those rows)."""
+        in place of the experiment's own for those rows); ``only``: these rows alone (with their seeds)."""
         seeds = {**self.converged_seeds, **(row_seeds or {})}
         rows = self.systems(corpus)
+        if only is not None:
+            rows = [row for row in rows if row[0] in only]
         if converged and self.converged_rows is not None:
             rows = [row for row in rows if row[0] in self.converged_rows]
         if smoke and self.smoke_rows:
