@@ -294,13 +294,17 @@ def test_status_tells_each_run_not_started_training_or_trained(tmp_path, capsys)
     (runs / "b" / "train.done").write_text("")
     (runs / "b" / "test.bleu.json").write_text("{}")
     write_log(str(runs / "search-setting"), CURVE[:2])  # a run no system names: listed too
-    states = print_status(str(runs), [System("A", "configs/a.sh", name=name) for name in ("a", "b", "c")])
-    assert list(states) == ["a", "b", "c", "search-setting"]
+    write_log(str(runs / "stage1"), CURVE, early=True)
+    (runs / "stage1" / "train.done").write_text("")
+    systems = [System("A", "configs/a.sh", name=name) for name in ("a", "b", "c", "stage1")]
+    states = print_status(str(runs), systems + [System("M", "configs/m.sh", starts_from="stage1", name="m")])
+    assert list(states) == ["a", "b", "c", "stage1", "m", "search-setting"]
+    assert states["stage1"].endswith("; a first stage, not scored")
     assert states["a"] == "training: 500 updates; validation s-BLEU 90.50 at 500, best 90.50 at 500"
     assert states["b"].startswith("trained: stopped on its patience, 1200 updates; validation s-BLEU 90.80 at "
                                   "1200, best 91.00 at 1000") and states["b"].endswith("; scored")
-    assert states["c"] == "not started"
-    assert "4 runs: 1 trained, 2 training or interrupted, 1 not started" in capsys.readouterr().out
+    assert states["c"] == states["m"] == "not started"
+    assert "6 runs: 2 trained, 2 training or interrupted, 2 not started" in capsys.readouterr().out
 
 
 def test_the_early_stopping_counter_survives_a_resume(monkeypatch):

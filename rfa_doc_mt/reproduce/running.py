@@ -287,9 +287,10 @@ def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
 # where a reproduction stands
 
 
-def run_status(run_dir: str) -> str:
+def run_status(run_dir: str, first_stage: bool = False) -> str:
     """One run's state from its files: not started, training (updates so far and its validation
-    s-BLEU, or loss), or finished (where it stopped and why, whether its test split is scored)."""
+    s-BLEU, or loss), or finished (where it stopped and why, whether its test split is scored; a
+    ``first_stage``, which another run is fine-tuned from, is not scored)."""
     from .convergence import stopped_early
     from .tables import learning_curve, trained_updates
 
@@ -308,7 +309,8 @@ def run_status(run_dir: str) -> str:
     if not os.path.isfile(os.path.join(run_dir, "train.done")):
         return f"training: {updates or 0} updates; {figures}"
     how = "stopped on its patience" if stopped_early(run_dir) else "stopped at its last update"
-    scored = "scored" if os.path.isfile(os.path.join(run_dir, "test.bleu.json")) else "not scored yet"
+    scored = "a first stage, not scored" if first_stage else \
+        "scored" if os.path.isfile(os.path.join(run_dir, "test.bleu.json")) else "not scored yet"
     return f"trained: {how}, {updates} updates; {figures}; {scored}"
 
 
@@ -319,7 +321,8 @@ def print_status(runs: str, systems: Sequence[System]) -> Dict[str, str]:
     if os.path.isdir(runs):
         keys += sorted(name for name in os.listdir(runs)
                        if os.path.isdir(os.path.join(runs, name)) and name not in keys)
-    states = {key: run_status(os.path.join(runs, key)) for key in keys}
+    first_stages = {system.starts_from for system in systems if system.starts_from}
+    states = {key: run_status(os.path.join(runs, key), key in first_stages) for key in keys}
     counts = {label: sum(state.startswith(label) for state in states.values())
               for label in ("trained", "training", "not started")}
     print(f"{runs}: {len(states)} runs: {counts['trained']} trained, {counts['training']} training or "
