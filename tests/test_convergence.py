@@ -279,10 +279,17 @@ def test_row_seeds_add_a_third_seed_to_the_rows_named_and_rows_train_part(capsys
     assert [row for row, _ in part] == ["rfa_sgate_L15", "rfa_sgate_L15_seed2", "memory"]
     for argv, message in ((["context_length", "--rows", "rfa_sgate_L16"], "no row rfa_sgate_L16"),
                           (["all", "--rows", "memory"], "goes with one experiment"),
-                          (["rfa_table1", "--rows", "rfa_L4"], "goes with one experiment")):
+                          (["rfa_table1", "--rows", "rfa_L4"], "only with --converge")):
         with pytest.raises(SystemExit):
             main([*argv, "--out", "/nonexistent"])
         assert message in capsys.readouterr().err
+    # Table 1 at convergence: the rows named, each its chosen setting with its seeds, nothing else
+    assert main(["rfa_table1", "--converge", "--rows", "transformer_L4,rfa_cross_local_L4", "--status",
+                 "--out", "/nonexistent"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert listed == ["demo-transformer_L4", "demo-transformer_L4-seed2", "demo-transformer_L4-seed3",
+                      "demo-rfa_cross_local_L4-p64x32", "demo-rfa_cross_local_L4-p64x32-seed2",
+                      "demo-rfa_cross_local_L4-p64x32-seed3"]
 
 
 def test_status_tells_each_run_not_started_training_or_trained(tmp_path, capsys):

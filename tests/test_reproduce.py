@@ -126,9 +126,10 @@ def test_rfa_tables(smoke_all):
     out, _ = smoke_all
     table1 = rows_of(out, "rfa_table1")
     assert [r["row"] for r in table1] == ["transformer_L1", "rfa_L1", "transformer_L4", "rfa_L4",
-                                          "rfa_sgate_avg_L4", "rfa_sgate_L4", "rfa_token_L4", "rfa_feature_L4"]
+                                          "rfa_sgate_avg_L4", "rfa_sgate_L4", "rfa_token_L4", "rfa_feature_L4",
+                                          "rfa_cross_local_L4"]
     # a smoke run: the second seed for the L=1 rows only
-    assert [[f["seed"] for f in r["seeds"]] for r in table1] == [[1, 2], [1, 2], [1], [1], [1], [1], [1], [1]]
+    assert [[f["seed"] for f in r["seeds"]] for r in table1] == [[1, 2], [1, 2], [1], [1], [1], [1], [1], [1], [1]]
     search = json.loads((out / "rfa_table1.json").read_text())["search"]
     chosen = {r["row"]: r for r in search if r["chosen"]}
     for row in table1:
@@ -138,12 +139,15 @@ def test_rfa_tables(smoke_all):
         assert (row["s_bleu"]["std"] is None) == (len(row["seeds"]) == 1)
         assert row["setting"] == chosen[row["row"]]["setting"] and row["seeds"][0]["run"] == chosen[row["row"]]["run"]
     assert table1[5]["paper_bleu"] == {"iwslt15_zh_en": 31.2, "opensubtitles_en_ru": 33.2}
-    # the gates at every token: no paper numbers, and compared with RFA-sgate seed by seed too
-    for row in table1[6:]:
+    # the gates at every token: no paper numbers, and compared with RFA-sgate seed by seed too; the local
+    # cross heads with RFA
+    for row, base, key in ((table1[6], "rfa_sgate_L4", "against_sgate"), (table1[7], "rfa_sgate_L4", "against_sgate"),
+                           (table1[8], "rfa_L4", "against_rfa")):
         assert row["paper_bleu"] == {"iwslt15_zh_en": None, "opensubtitles_en_ru": None}
-        assert row["against_sgate"]["baseline_row"] == "rfa_sgate_L4"
-        assert [c["seed"] for c in row["against_sgate"]["per_seed"]] == [1]
-    assert not any("against_sgate" in row for row in table1[:6])
+        assert row[key]["baseline_row"] == base
+        assert [c["seed"] for c in row[key]["per_seed"]] == [1]
+    assert not any("against_sgate" in row or "against_rfa" in row for row in table1[:6])
+    assert "against_sgate" not in table1[8] and "against_rfa" not in table1[6]
     assert table1[4]["setting"]["gate_bias"] == 2 and table1[4]["seeds"][0]["run"].endswith("-bf2")
     # each system against the transformer of its L, seed by seed
     for row in table1:
@@ -381,15 +385,16 @@ def test_list_prints_every_system_with_its_config_and_updates():
     assert any("demo-rfa_L4-p128x16" in line and "lr 2e-3, 128+16" in line for line in lines)
     assert any("rfa_sgate_L4: b_f {1, 2}, at rfa_L4's chosen learning rate and projections" in line for line in lines)
     assert any("rfa_L1: learning rate {1e-3, 2e-3}, at rfa_L4's chosen projections" in line for line in lines)
-    # the gates at every token: one setting each, RFA-sgate's learning rate and projections (rfa_L4's)
-    for row in ("rfa_token_L4", "rfa_feature_L4"):
+    # the gates at every token and the local cross heads: one setting each, RFA-sgate's learning rate and
+    # projections (rfa_L4's)
+    for row in ("rfa_token_L4", "rfa_feature_L4", "rfa_cross_local_L4"):
         assert any(f"{row}: its config's setting, at rfa_L4's chosen learning rate and projections" in line
                    and "(1 run)" in line for line in lines), row
-    assert any("seeds: 3 per row" in line and "31 runs in all" in line for line in lines)  # 15 settings + 8 x 2
+    assert any("seeds: 3 per row" in line and "34 runs in all" in line for line in lines)  # 16 settings + 9 x 2
     two = subprocess.run([sys.executable, "-m", "rfa_doc_mt.reproduce", "--list", "--seeds", "2"],
                          capture_output=True, text=True, cwd=ROOT).stdout
-    assert "seeds: 2 per row" in two and "23 runs in all" in two
-    # without --budget: Table 1 alone trains TABLE1_BUDGET updates a run (its 31 runs), the others FULL_BUDGET
+    assert "seeds: 2 per row" in two and "25 runs in all" in two
+    # without --budget: Table 1 alone trains TABLE1_BUDGET updates a run (its 34 runs), the others FULL_BUDGET
     assert f"search: each setting trains {TABLE1_BUDGET} updates" in two and TABLE1_BUDGET != FULL_BUDGET
     assert any("demo-lsh_L4" in line and f"{FULL_BUDGET} updates" in line for line in two.splitlines())
     # the context-length experiment: every method at four window sizes, the memory model from its own stage 1

@@ -59,7 +59,7 @@ def test_each_row_tries_its_settings_and_the_others_wait_for_rfa():
     # RFA L=4: the projections at the configs' learning rate first, then the learning rate
     assert candidates("rfa_L4", FULL_PLAN, {}) == [Setting("2e-3", (128, 16)), Setting("2e-3", (64, 32))]
     assert runs_per_row("rfa_L4", FULL_PLAN) == 3 and len(reachable("rfa_L4", FULL_PLAN, {})) == 4
-    for row in ("rfa_L1", "rfa_sgate_L4", "rfa_sgate_avg_L4", "rfa_token_L4", "rfa_feature_L4"):
+    for row in ("rfa_L1", "rfa_sgate_L4", "rfa_sgate_avg_L4", "rfa_token_L4", "rfa_feature_L4", "rfa_cross_local_L4"):
         assert candidates(row, FULL_PLAN, {}) is None, row  # RFA L=4 has not chosen
     chosen = Setting("1e-3", (64, 32))
     assert candidates("rfa_sgate_avg_L4", FULL_PLAN, {"rfa_L4": chosen}) == [Setting("1e-3", (64, 32), 1),
@@ -67,11 +67,12 @@ def test_each_row_tries_its_settings_and_the_others_wait_for_rfa():
     # RFA L=1: its own learning rate, RFA L=4's projections
     rfa_l1 = candidates("rfa_L1", FULL_PLAN, {"rfa_L4": chosen})
     assert rfa_l1 == [Setting("1e-3", (64, 32)), Setting("2e-3", (64, 32))]
-    # the gates at every token: RFA L=4's learning rate and projections, as RFA-sgate's, no search
-    for row in ("rfa_token_L4", "rfa_feature_L4"):
+    # the gates at every token and the local cross heads: RFA L=4's learning rate and projections, as
+    # RFA-sgate's, no search
+    for row in ("rfa_token_L4", "rfa_feature_L4", "rfa_cross_local_L4"):
         assert candidates(row, FULL_PLAN, {"rfa_L4": chosen}) == [Setting("1e-3", (64, 32))], row
         assert runs_per_row(row, FULL_PLAN) == 1, row
-    assert sum(runs_per_row(row, FULL_PLAN) for row in BASE) == 13 + 2
+    assert sum(runs_per_row(row, FULL_PLAN) for row in BASE) == 13 + 3
 
 
 def test_a_setting_becomes_fairseq_arguments_after_the_configs():
@@ -128,7 +129,8 @@ def test_the_search_chooses_on_faked_validation_scores_and_then_asks_for_the_see
                       "demo-rfa_sgate_L4-lr1e-3-p64x32-bf1", "demo-rfa_sgate_L4-lr1e-3-p64x32"]
     seeds = [system.key for system, evaluate in third if evaluate == ("test", "consistency")]
     # RFA L=4's seeds, and the gates at every token, which have nothing to choose, at its setting
-    assert seeds == [f"demo-{row}-lr1e-3-p64x32{seed}" for row in ("rfa_L4", "rfa_token_L4", "rfa_feature_L4")
+    assert seeds == [f"demo-{row}-lr1e-3-p64x32{seed}"
+                     for row in ("rfa_L4", "rfa_token_L4", "rfa_feature_L4", "rfa_cross_local_L4")
                      for seed in ("", "-seed2", "-seed3")]
     assert not search.done()
     for system, evaluate in search.requests():
@@ -136,11 +138,11 @@ def test_the_search_chooses_on_faked_validation_scores_and_then_asks_for_the_see
             score(tmp_path / system.key, 90.0 + len(system.key) % 7)
     final = search.requests()
     assert search.done() and all(evaluate == ("test", "consistency") for _, evaluate in final)
-    assert len(final) == 8 * 3
+    assert len(final) == 9 * 3
     rows = {r["run"]: r for r in search.search_rows()}
     assert rows["demo-rfa_L4-lr1e-3-p64x32"]["chosen"] and rows["demo-rfa_L4-lr1e-3-p64x32"]["stage"] == 2
     assert not rows["demo-rfa_L4-p128x16"]["chosen"] and rows["demo-rfa_L4-p128x16"]["valid_s_bleu"] == 96.0
-    assert len(rows) == 13 + 2 and sum(r["chosen"] for r in rows.values()) == 8
+    assert len(rows) == 13 + 3 and sum(r["chosen"] for r in rows.values()) == 9
 
 
 def test_the_smoke_plan_decodes_validation_only_where_there_is_a_choice(tmp_path):
@@ -154,7 +156,8 @@ def test_the_smoke_plan_decodes_validation_only_where_there_is_a_choice(tmp_path
     # the configs' own runs (shared with the other tables), and RFA-sgate-avg at b_f 2
     tested = {system.key for system, evaluate in first if evaluate == ("test", "consistency")}
     assert tested == {"demo-rfa_L1", "demo-rfa_L1-seed2", "demo-transformer_L4", "demo-rfa_L4",
-                      "demo-rfa_sgate_avg_L4-bf2", "demo-rfa_sgate_L4", "demo-rfa_token_L4", "demo-rfa_feature_L4"}
+                      "demo-rfa_sgate_avg_L4-bf2", "demo-rfa_sgate_L4", "demo-rfa_token_L4", "demo-rfa_feature_L4",
+                      "demo-rfa_cross_local_L4"}
     score(tmp_path / "demo-transformer_L1", 10.0)
     score(tmp_path / "demo-transformer_L1-lr1e-3", 10.0)  # a tie: the first, the config's own
     assert {system.key for system, _ in search.requests()} >= {"demo-transformer_L1", "demo-transformer_L1-seed2"}
@@ -166,7 +169,7 @@ def test_seeded_rows_limit_the_extra_seeds(tmp_path):
     while not search.done():
         for system, _ in search.requests():
             score(tmp_path / system.key, 50.0)
-    assert [len(plan.seeds) for plan in search.plans.values()] == [2, 1, 1, 1, 1, 1, 1, 1]
+    assert [len(plan.seeds) for plan in search.plans.values()] == [2, 1, 1, 1, 1, 1, 1, 1, 1]
 
 
 def test_spread_is_the_mean_and_sample_deviation():
@@ -238,7 +241,7 @@ def test_table1_gives_mean_and_spread_over_seeds_and_compares_each_seed(tmp_path
     assert seed3["pooled_consistency"]["difference"] == pytest.approx(-30.0)
     assert not any("against" in by_row[row] for row in ("transformer_L1", "transformer_L4"))
     assert "Against the transformer of the same L and seed" in table and "Search (seed 1" in table
-    assert len(context.extra["search"]) == 13 + 2 and context.extra["seeds"] == 3
+    assert len(context.extra["search"]) == 13 + 3 and context.extra["seeds"] == 3
     # the gates at every token against RFA-sgate too, seed by seed; the paper's rows not
     for row in ("rfa_token_L4", "rfa_feature_L4"):
         against_sgate = by_row[row]["against_sgate"]
@@ -248,6 +251,13 @@ def test_table1_gives_mean_and_spread_over_seeds_and_compares_each_seed(tmp_path
         assert by_row[row]["against"]["baseline_row"] == "transformer_L4"
     assert not any("against_sgate" in by_row[row] for row in by_row if row not in ("rfa_token_L4", "rfa_feature_L4"))
     assert "The gates at every token against RFA-sgate of the same L and seed" in table
+    # the local cross heads against RFA, and nothing else against RFA
+    against_rfa = by_row["rfa_cross_local_L4"]["against_rfa"]
+    assert against_rfa["baseline_row"] == "rfa_L4" and [c["run"] for c in against_rfa["per_seed"]] == \
+        [system.key for _, system in seeds["rfa_cross_local_L4"]]
+    assert [c["baseline_run"] for c in against_rfa["per_seed"]] == [system.key for _, system in seeds["rfa_L4"]]
+    assert not any("against_rfa" in by_row[row] for row in by_row if row != "rfa_cross_local_L4")
+    assert "The local cross heads against RFA of the same L and seed" in table
 
 
 def test_the_cost_estimate_counts_each_row_at_its_dearest_setting():
@@ -256,13 +266,14 @@ def test_the_cost_estimate_counts_each_row_at_its_dearest_setting():
     settings = table1_settings()
     # RFA L=4 may train each of its 4 settings; the gated rows 2 b_f under each of those 4 choices
     assert len(settings["rfa_L4"]) == 4 and len(settings["rfa_sgate_L4"]) == 8 and len(settings["rfa_L1"]) == 4
-    assert len(settings["rfa_token_L4"]) == 4 and len(settings["rfa_feature_L4"]) == 4  # RFA L=4's 4 choices
+    for row in ("rfa_token_L4", "rfa_feature_L4", "rfa_cross_local_L4"):
+        assert len(settings[row]) == 4, row  # RFA L=4's 4 choices
     seconds = {system.key: 1.0 for systems in settings.values() for system in systems}
-    assert table1_estimate(seconds, 3, 100)["core_seconds"] == (15 + 8 * 2) * 100
+    assert table1_estimate(seconds, 3, 100)["core_seconds"] == (16 + 9 * 2) * 100
     seconds["demo-rfa_L4-lr1e-3-p64x32"] = 2.0  # the dearest setting of RFA L=4 costs its 3 runs and 2 seeds
     estimate = table1_estimate(seconds, 3, 100)
-    assert estimate["rows"]["rfa_L4"]["search_core_seconds"] == 3 * 200 and estimate["runs"] == 31
-    assert estimate["core_seconds"] == (15 + 8 * 2) * 100 + 5 * 100
+    assert estimate["rows"]["rfa_L4"]["search_core_seconds"] == 3 * 200 and estimate["runs"] == 34
+    assert estimate["core_seconds"] == (16 + 9 * 2) * 100 + 5 * 100
 
 
 FAKE_RUN_SYSTEM = """#!/usr/bin/env bash

@@ -229,7 +229,7 @@ def main(argv=None) -> int:
                              "seeds too")
     parser.add_argument("--rows", metavar="ROW[,ROW...]", type=lambda text: [r for r in text.split(",") if r],
                         help="train and tabulate only these rows of the experiment (their seeds too; the rows: "
-                             "--list), e.g. to run part of a long experiment first")
+                             "--list; Table 1: with --converge), e.g. to run part of a long experiment first")
     parser.add_argument("--status", action="store_true",
                         help="where a reproduction in --out stands: each run trained, training (or interrupted) or "
                              "not started, with its updates and validation scores; trains nothing")
@@ -274,8 +274,13 @@ def main(argv=None) -> int:
     experiments = [e for e in EXPERIMENTS.values() if e.in_all] if args.experiment == "all" else \
         [EXPERIMENTS[args.experiment]]
     if args.rows:
-        if args.experiment == "all" or any(e.searches for e in experiments):
-            parser.error("--rows goes with one experiment, not `all` or Table 1 (its rows come from its search)")
+        if args.experiment == "all":
+            parser.error("--rows goes with one experiment, not `all`")
+        if any(e.searches for e in experiments) and not args.converge:
+            # the search chooses some rows' settings from others' (RFA L = 4's); at convergence each row
+            # trains the setting chosen before, on its own
+            parser.error("--rows goes with Table 1 only with --converge (its search chooses rows' settings from "
+                         "other rows')")
         known = {row_id for row_id, _ in experiments[0].systems(args.corpus)}
         unknown = sorted(set(args.rows) - known)
         if unknown:
@@ -298,8 +303,15 @@ def main(argv=None) -> int:
         parser.error("--converge goes with the embedded corpus (the paper configs stop early on their own)")
     out = os.path.abspath(args.out)
     if args.status:
-        plan = [system for experiment in experiments for system in systems_to_train(
-            experiment.rows(args.corpus, args.smoke, args.converge, args.row_seeds, args.rows))]
+        plan = []
+        for experiment in experiments:
+            rows = experiment.rows(args.corpus, args.smoke, args.converge, args.row_seeds, args.rows)
+            if experiment.searches and args.converge and args.corpus == EMBEDDED:
+                # Table 1 at convergence: each row's chosen setting, with its seeds
+                search = Table1Search(rows, CHOSEN_PLAN, seeds, os.path.join(out, "runs"))
+                search.requests()
+                rows = [(row, system) for row, chosen in search.plans.items() for _, system in chosen.seeds]
+            plan += systems_to_train(rows)
         print_status(os.path.join(out, "runs"), list({system.key: system for system in plan}.values()))
         return 0
     command = "scripts/" + ("reproduce_all.sh" if args.experiment == "all" else f"reproduce_{args.experiment}.sh") \

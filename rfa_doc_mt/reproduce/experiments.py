@@ -47,7 +47,8 @@ def _rfa_family(prefix: str) -> Dict[str, str]:
 
 def rfa_table1_systems(prefix: Optional[str]) -> List[Tuple[str, System]]:
     labels = {"transformer": "Transformer", "rfa": "RFA", "rfa_sgate_avg": "RFA-sgate-avg", "rfa_sgate": "RFA-sgate",
-              "rfa_token": "RFA-token", "rfa_feature": "RFA-feature"}
+              "rfa_token": "RFA-token", "rfa_feature": "RFA-feature",
+              "rfa_cross_local": "RFA + 2 local cross heads"}
     rows = []
     for row_id in PAPER_RFA_TABLE1:
         family, window = row_id.rsplit("_L", 1)

@@ -252,9 +252,13 @@ PAPER_RFA_TABLE1 = {  # Wu et al. 2022, Table 1: BLEU, IWSLT15 zh-en and OpenSub
     "rfa_L4": (30.7, 33.2), "rfa_sgate_avg_L4": (30.8, 33.0), "rfa_sgate_L4": (31.2, 33.2),
     # RFA's successors' gates at every token (per head: Peng et al. 2021 §3.3; per feature: GLA),
     # beside RFA-sgate at L = 4 on the embedded corpus only (no paper numbers, no paper configs)
-    "rfa_token_L4": (None, None), "rfa_feature_L4": (None, None)}
+    "rfa_token_L4": (None, None), "rfa_feature_L4": (None, None),
+    # beyond the paper: RFA with 2 local cross heads, the remedy of RFA's slow learning (docs/models.md)
+    "rfa_cross_local_L4": (None, None)}
 # the rows compared with RFA-sgate of their L too (the granularity of forgetting)
 SGATE_COMPARED_ROWS = ("rfa_token_L4", "rfa_feature_L4")
+# the rows compared with RFA of their L too (what the remedy changes in RFA)
+RFA_COMPARED_ROWS = ("rfa_cross_local_L4",)
 PAPER_RFA_SPEEDUP = {  # Wu et al. 2022, §5 (text of Figure 4): RFA/transformer tokens per second
     "cpu": {1: 1.58, 15: 19.2}, "gpu": {15: 2.09}}
 PAPER_LSH_TABLE2 = {  # Petrick et al. 2022, Table 2: IWSLT EN→DE BLEU, ContraPro accuracy, WMT peak memory (GB)

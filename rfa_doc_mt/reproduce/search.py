@@ -116,6 +116,8 @@ ROW_SEARCHES: Dict[str, RowSearch] = {
     # the gates at every token: RFA-sgate's learning rate and projections (RFA L = 4's), no search
     "rfa_token_L4": RowSearch("rfa_token", (), inherits="rfa_L4"),
     "rfa_feature_L4": RowSearch("rfa_feature", (), inherits="rfa_L4"),
+    # beyond the paper: RFA with 2 local cross heads at RFA L = 4's setting, no search
+    "rfa_cross_local_L4": RowSearch("rfa_cross_local", (), inherits="rfa_L4"),
 }
 
 
@@ -141,7 +143,8 @@ SMOKE_PLAN = SearchPlan(
      "rfa_sgate_avg_L4": RowSearch("rfa_sgate_avg", (("gate_bias",),), inherits="rfa_L4"),
      "rfa_sgate_L4": RowSearch("rfa_sgate", (("gate_bias",),), inherits="rfa_L4"),
      "rfa_token_L4": RowSearch("rfa_token", (), inherits="rfa_L4"),
-     "rfa_feature_L4": RowSearch("rfa_feature", (), inherits="rfa_L4")})
+     "rfa_feature_L4": RowSearch("rfa_feature", (), inherits="rfa_L4"),
+     "rfa_cross_local_L4": RowSearch("rfa_cross_local", (), inherits="rfa_L4")})
 SMOKE_SEEDED_ROWS = ("transformer_L1", "rfa_L1")
 # --converge: no search; every row trains the setting the search chose at 600 updates (its run at
 # commit f412236, docs/reproduction.md) with every seed, each run until it stops improving
@@ -151,7 +154,9 @@ CHOSEN_SETTINGS = {
     "rfa_L4": Setting("2e-3", (64, 32)), "rfa_sgate_avg_L4": Setting("2e-3", (64, 32), 1),
     "rfa_sgate_L4": Setting("2e-3", (64, 32), 1),
     # the gates at every token: RFA-sgate's learning rate and projections (RFA L = 4's choice)
-    "rfa_token_L4": Setting("2e-3", (64, 32)), "rfa_feature_L4": Setting("2e-3", (64, 32))}
+    "rfa_token_L4": Setting("2e-3", (64, 32)), "rfa_feature_L4": Setting("2e-3", (64, 32)),
+    # RFA with 2 local cross heads: RFA L = 4's
+    "rfa_cross_local_L4": Setting("2e-3", (64, 32))}
 CHOSEN_PLAN = SearchPlan(FULL_SPACE, {row: RowSearch(search.family, (), setting=CHOSEN_SETTINGS[row])
                                       for row, search in ROW_SEARCHES.items()})
 

@@ -14,6 +14,7 @@ from .papers import (
     PAPER_MEMORY_TABLE3,
     PAPER_RFA_SPEEDUP,
     PAPER_RFA_TABLE1,
+    RFA_COMPARED_ROWS,
     SGATE_COMPARED_ROWS,
 )
 
@@ -200,6 +201,7 @@ def table_rfa_table1(context) -> Tuple[str, list]:
     transformer of its L seed by seed, and the search that chose the settings (embedded corpus)."""
     rows, json_rows, against, compared_any = [], [], [], None
     against_sgate = []  # the gates at every token against RFA-sgate (SGATE_COMPARED_ROWS)
+    against_rfa = []  # the local cross heads against RFA (RFA_COMPARED_ROWS)
     chosen = context.search.chosen() if context.search else {}
     for row_id, system in context.systems:
         seeded = context.seeds[row_id]
@@ -228,14 +230,16 @@ def table_rfa_table1(context) -> Tuple[str, list]:
                 cells = [cell for metric, digits in TABLE1_METRICS
                          for cell in fmt_comparison(seed_comparison.get(metric), digits)]
                 against.append([system.label, window, str(seed_comparison["seed"])] + cells)
-        sgate_row = f"rfa_sgate_L{window}"
-        if row_id in SGATE_COMPARED_ROWS and sgate_row in context.seeds and context.runs:
-            compared = compare_seeds(context.runs, context.seeds[sgate_row], seeded)
-            entry["against_sgate"] = {"baseline_row": sgate_row, "per_seed": compared}
-            for seed_comparison in compared:
-                cells = [cell for metric, digits in TABLE1_METRICS
-                         for cell in fmt_comparison(seed_comparison.get(metric), digits)]
-                against_sgate.append([system.label, window, str(seed_comparison["seed"])] + cells)
+        for rows_compared, base_row, key, lines in ((SGATE_COMPARED_ROWS, f"rfa_sgate_L{window}", "against_sgate",
+                                                     against_sgate),
+                                                    (RFA_COMPARED_ROWS, f"rfa_L{window}", "against_rfa", against_rfa)):
+            if row_id in rows_compared and base_row in context.seeds and context.runs:
+                compared = compare_seeds(context.runs, context.seeds[base_row], seeded)
+                entry[key] = {"baseline_row": base_row, "per_seed": compared}
+                for seed_comparison in compared:
+                    cells = [cell for metric, digits in TABLE1_METRICS
+                             for cell in fmt_comparison(seed_comparison.get(metric), digits)]
+                    lines.append([system.label, window, str(seed_comparison["seed"])] + cells)
         json_rows.append(entry)
     trained_header = CONVERGENCE_HEADER if context.converged else ["updates"]
     table = markdown(["system", "L", "setting", *trained_header, "seeds", "s-BLEU", "d-BLEU", "consistency (pooled)",
@@ -259,6 +263,11 @@ def table_rfa_table1(context) -> Tuple[str, list]:
                   "system − RFA-sgate, its 95% interval, p):\n\n" +
                   markdown(["system", "L", "seed", "Δ s-BLEU [95% interval]", "p", "Δ d-BLEU [95% interval]", "p",
                             "Δ consistency [95% interval]", "p"], against_sgate, right_from=1))
+    if against_rfa:
+        table += ("\n\nThe local cross heads against RFA of the same L and seed (difference = system − RFA, its 95% "
+                  "interval, p):\n\n" +
+                  markdown(["system", "L", "seed", "Δ s-BLEU [95% interval]", "p", "Δ d-BLEU [95% interval]", "p",
+                            "Δ consistency [95% interval]", "p"], against_rfa, right_from=1))
     if context.search and context.search.searches:
         search_rows = context.search.search_rows()
         context.extra["search"] = search_rows
