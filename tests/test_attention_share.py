@@ -125,3 +125,17 @@ def test_shares_are_averaged_over_the_current_sentences_target_tokens(monkeypatc
     # end: 4 (or 5) current target tokens, each with that share
     assert spread["uniform"] == pytest.approx((3 * 4 * 5 / 9 + 3 * 5 * 5 / 10) / (3 * 4 + 3 * 5))
     assert spread["target_tokens"] == 3 * 4 + 3 * 5
+
+
+def test_local_cross_heads_read_the_source_sentence_of_the_token_each_query_predicts():
+    """Teacher-forced, every query of the current target sentence puts all of a local head's weight
+    on the current source sentence: its first query too, whose input is the separator closing the
+    sentence before (it predicts the current sentence's first token). The RFA heads spread theirs."""
+    dictionary, separator = toy_dictionary(WORDS)
+    model = build_model("rfa_doc_transformer_tiny", dictionary_task(dictionary, separator),
+                        "--rfa-cross-local-heads", "2", seed=1)
+    result = attention.current_sentence_share(model, Windows(separator), separator, 1, windows=10, batch_size=4)
+    for heads in result["per_layer_head"]:
+        # a softmax over at most 10 keys, the masked ones exactly 0: its sum is 1 within 10 fp32 roundings
+        assert heads[:2] == pytest.approx([1.0, 1.0], abs=10 * 2 ** -24)
+        assert all(share < 0.99 for share in heads[2:])

@@ -229,6 +229,13 @@ class RFATransformerDecoder(TransformerDecoder):
             if self.source_separator is None:
                 raise RuntimeError("the cross gate needs the source separator: use the doc_translation task")
             source_starts = sentence_starts(encoder_out["src_tokens"][0], self.source_separator)
+        # cross local heads align the sentence of the token a query *predicts* with its source sentence:
+        # the query whose input is a separator predicts the next sentence's first token, so the
+        # sentence starts there (decoder inputs are the targets shifted by one)
+        cross_starts = None
+        if local_cross:
+            last = prev_output_tokens[:, -1:] if incremental_state is not None else prev_output_tokens
+            cross_starts = last.eq(self.target_separator)
         if local_cross and encoder_out is not None and encoder_out.get("src_tokens") and \
                 not self._source_cached(incremental_state):
             if self.source_separator is None:
@@ -238,7 +245,7 @@ class RFATransformerDecoder(TransformerDecoder):
             if side == "target":
                 module.hand_in(sentence_starts=target_starts)
             else:
-                module.hand_in(sentence_starts=source_starts, target_sentence_starts=target_starts,
+                module.hand_in(sentence_starts=source_starts, target_sentence_starts=cross_starts,
                                source_sentence_ids=source_ids)
             module.random_matrices.begin_forward()
 

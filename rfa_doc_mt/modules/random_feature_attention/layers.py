@@ -420,7 +420,8 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
     before); the paper found it hurt BLEU, so it is off by default (appendix A.2).
 
     ``local_heads`` (:mod:`.local`): the first heads are softmax over the source sentence aligned
-    with the query's target sentence; the model hands in the target's sentence starts and the
+    with the target sentence of the token each query predicts; the model hands in where those
+    sentences start (a query whose input token is a separator starts the next one) and the
     source's sentence ids (``hand_in(target_sentence_starts=..., source_sentence_ids=...)``, the
     ids needed until the source is cached). Decoding keeps, once per source, their keys and values
     and the source's per-sentence index (:data:`.local.LOCAL_CROSS_NAMES`), and per row the target
