@@ -242,9 +242,10 @@ def test_context_length_at_convergence_trains_every_l_the_memory_and_a_second_se
         for window in (1, 4, 8, 15):
             assert f"{family}_L{window}" in ids
         assert f"{family}_L15_seed2" in ids and f"{family}_L4_seed2" not in ids and f"{family}_L8_seed2" not in ids
-    for family in ("rfa_token", "rfa_feature"):  # the gates at every token: L = 15 only, two seeds
+    # the gates at every token and RFA-sgate with local cross heads: L = 15 only, two seeds
+    for family in ("rfa_token", "rfa_feature", "rfa_sgate_cross_local"):
         assert f"{family}_L15" in ids and f"{family}_L15_seed2" in ids and f"{family}_L4" not in ids
-    assert "memory" in ids and len(ids) == 4 * 4 + 4 + 2 * 2 + 1
+    assert "memory" in ids and len(ids) == 4 * 4 + 4 + 3 * 2 + 1
     systems = dict(rows)
     second = systems["rfa_sgate_L15_seed2"]
     assert second.config == systems["rfa_sgate_L15"].config and second.overrides == ("--seed", "2")

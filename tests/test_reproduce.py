@@ -404,8 +404,8 @@ def test_list_prints_every_system_with_its_config_and_updates():
                        and f"{CONTEXT_LENGTH_BUDGET} updates" in line for line in two.splitlines()), (family, window)
     assert any("context-memory" in line and "fine-tuned from context-transformer_L1-memory_stage1" in line
                for line in two.splitlines())
-    # and RFA's gates at every token at the longest windows
-    for family in ("rfa_token", "rfa_feature"):
+    # and RFA's gates at every token at the longest windows, and RFA-sgate with local cross heads
+    for family in ("rfa_token", "rfa_feature", "rfa_sgate_cross_local"):
         assert any(f"context-{family}_L15 " in line and f"configs/context/{family}_L15.sh" in line
                    for line in two.splitlines()), family
 
@@ -488,6 +488,12 @@ def test_embedded_configs_keep_the_papers_settings():
             if family == "lsh":
                 assert option(words, "--lsh-hash-classes") == str(window + window % 2)
                 assert option(words, "--lsh-rounds") == "4"
+    # the remedy at L = 15: RFA-sgate's config with 2 local cross heads; at L = 4 (Table 1), RFA's
+    for remedy, base in (("configs/context/rfa_sgate_cross_local_L15.sh", "configs/context/rfa_sgate_L15.sh"),
+                         ("configs/demo/rfa_cross_local_L4.sh", "configs/demo/rfa_L4.sh")):
+        words = config_words(remedy)
+        assert option(words, "--rfa-cross-local-heads") == "2", remedy
+        assert without(words, "--rfa-cross-local-heads") == config_words(base), remedy
 
 
 # ----------------------------------------------------------------------------------------

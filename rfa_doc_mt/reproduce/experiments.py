@@ -120,8 +120,10 @@ def lstm_systems(embedded: bool) -> List[Tuple[str, System]]:
 CONTEXT_FAMILIES = {"transformer": "Transformer", "rfa_sgate": "RFA-sgate", "lsh": "LSH self+cross",
                     "long_short": "long-short masking"}
 CONTEXT_LENGTHS = (1, 4, 8, 15)
-# RFA's gates at every token at the longest windows only, beside RFA-sgate at L = 15
-CONTEXT_GATE_FAMILIES = {"rfa_token": "RFA-token", "rfa_feature": "RFA-feature"}
+# RFA's gates at every token at the longest windows only, beside RFA-sgate at L = 15, and RFA-sgate with
+# 2 local cross heads (beyond the paper: the remedy of RFA's slow learning, docs/models.md)
+CONTEXT_GATE_FAMILIES = {"rfa_token": "RFA-token", "rfa_feature": "RFA-feature",
+                         "rfa_sgate_cross_local": "RFA-sgate + 2 local cross heads"}
 CONTEXT_MEMORY_STAGE1 = System("sentence-level transformer, stage 1 of the memory model",
                                "configs/context/transformer_L1.sh", share=1 - MEMORY_FINETUNE_SHARE,
                                name="context-transformer_L1-memory_stage1")
