@@ -3,15 +3,18 @@
 #   scripts/bench_gpu.sh OUT_DIR [--data DIR] [--dtype2 fp16|bf16] [--dry-run]
 # Plan, sized for at most 8 minutes on one H100: the three steps share a budget of 465 s, each capped
 # (a step that fails or runs out of time leaves what it measured, and the next step runs):
-#   1. decode speed in fp32 (cap 240 s, expected ~3 min): the paper's batches (--batch-scale 1), L = 1,2,3,4,5,10,15,
+#   1. decode speed in fp32 (cap 255 s, expected ~4 min): the paper's batches (--batch-scale 1), L = 1,2,3,4,5,10,15,
 #      beam 4, outputs forced to the reference length, one batch per L; the transformer, RFA on the eager
 #      path, RFA on the fused path (Triton kernels) and the ceiling in one process; the kernels each model's
-#      decoder steps launch (torch.profiler, steps 1, 2, 4, ..., 32 of a quarter batch) -> OUT_DIR/fp32/
-#   2. training speed (cap 75 s, expected ~1 min): a training step of the transformer and RFA at L = 1, 4, 15
+#      decoder steps launch and the device time they take (torch.profiler, steps 1, 2, 4, 8, 16 of the
+#      first batch) -> OUT_DIR/fp32/
+#   2. training speed (cap 70 s, expected ~1 min): a training step of the transformer and RFA at L = 1, 4, 15
 #      on the GPU, seconds and peak GPU memory per step -> OUT_DIR/training.json
-#   3. decode speed in --dtype2 (default fp16; cap 150 s, expected ~2.5 min): as 1, without the kernel
-#      counts -> OUT_DIR/<dtype2>/ (cut short, its JSON keeps the L measured)
-#   4. the plots of runs cut short, and the tables (Markdown) -> printed and OUT_DIR/tables.md
+#   3. decode speed in --dtype2 (default fp16; cap 140 s, expected ~2 min): as 1, without RFA's eager path
+#      (step 1 compares the paths) and the kernel counts, L in the order 1, 15, 4, 10, 2, 3, 5 (the
+#      ends first) -> OUT_DIR/<dtype2>/ (cut short, its JSON keeps the L measured)
+#   4. the plots of runs cut short, and the tables (Markdown: speeds, time per decoder step, training)
+#      -> printed and OUT_DIR/tables.md
 # Source text: as scripts/bench_decode_speed.sh (IWSLT15's test talks, prepared on first use from
 # ../shared/data/iwslt15-zh-en, else the synthetic corpus; --data DIR: a prepared corpus).
 # --dry-run: the same steps on this machine's CPU, in under a minute, to check the script and the
@@ -70,6 +73,7 @@ if [ "$DRY_RUN" = 1 ]; then
   export TRITON_INTERPRET=1  # the fused kernels on CPU tensors, in Triton's interpreter
   "$PYTHON" -c 'import triton' 2>/dev/null || die "--dry-run checks the fused path: install triton (the gpu extra)"
   DECODE=(--device cpu --tiny --window-sizes 1 --batch-sizes 1 --batches 1 --beam 2 --threads 1)
+  SECOND=()
   KERNEL_COUNTS=(--kernel-counts 2)
   TRAINING=(--device cpu --tiny --window-sizes 1 --tokens 256 --steps 1)
   LIMITS=(120 60 120)
@@ -81,9 +85,10 @@ else
   "$PYTHON" -c 'import triton' 2>/dev/null \
     || die "triton is not installed: pip install -c requirements.txt triton (the gpu extra)"
   DECODE=(--device cuda --batch-scale 1 --batches 1 --threads 4)
-  KERNEL_COUNTS=(--kernel-counts 6)
+  SECOND=(--window-sizes 1,15,4,10,2,3,5)
+  KERNEL_COUNTS=(--kernel-counts 5)
   TRAINING=(--device cuda --window-sizes 1,4,15 --steps 3 --threads 4)
-  LIMITS=(240 75 150)
+  LIMITS=(255 70 140)
   BUDGET=465  # seconds for the three steps: with the checks and the tables, 8 minutes
 fi
 export KINETO_LOG_LEVEL=${KINETO_LOG_LEVEL:-5}  # the profiler's own messages: errors only
@@ -96,7 +101,7 @@ step "decode fp32" "${LIMITS[0]}" "$ROOT/scripts/bench_decode_speed.sh" --out "$
 step "training" "${LIMITS[1]}" "$PYTHON" -m rfa_doc_mt.bench.training_speed run --out "$OUT/training.json" \
   "${TRAINING[@]}"
 step "decode $DTYPE2" "${LIMITS[2]}" "$ROOT/scripts/bench_decode_speed.sh" --out "$OUT/$DTYPE2" \
-  ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --dtype "$DTYPE2" --rfa-decoding eager,fused "${DECODE[@]}"
+  ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --dtype "$DTYPE2" --rfa-decoding fused "${DECODE[@]}" ${SECOND[@]+"${SECOND[@]}"}
 
 DECODED=()
 for dtype in fp32 "$DTYPE2"; do
@@ -111,7 +116,8 @@ for dtype in fp32 "$DTYPE2"; do  # a run cut short leaves its JSON (every L so f
   fi
 done
 "$PYTHON" -m rfa_doc_mt.bench.speed_table --decode ${DECODED[@]+"${DECODED[@]}"} \
-  --training ${TRAINED[@]+"${TRAINED[@]}"} | tee "$OUT/tables.md" || FAILED+=("tables")
+  --training ${TRAINED[@]+"${TRAINED[@]}"} --steps ${DECODED[@]+"${DECODED[@]}"} | tee "$OUT/tables.md" \
+  || FAILED+=("tables")
 log "bench_gpu: $((SECONDS - STARTED))s on $DEVICE; results in $OUT"
 if [ ${#FAILED[@]} -gt 0 ]; then
   log "steps that failed: ${FAILED[*]}"

@@ -190,15 +190,63 @@ def test_kernel_counter_counts_the_chosen_decoder_steps_and_stops_after_the_last
         model = build_model(arch, dictionary_task(dictionary, separator), *options)
         if name == "ceiling":
             model = remove_decoder_attention(model)
-        counter = KernelCounter("cpu", [1, 2])
+        counter = KernelCounter("cpu", [0, 1, 2])
         timer = Timer("cpu")
         with pytest.raises(StepsCounted):
             forced_length_beam_search(model, sample, 2, dictionary.pad(), dictionary.eos(), timer, counter)
         summary = counter.summary()
         assert summary["steps"] == [1, 2] and summary["kernels_per_step"] is None  # no GPU
+        # the first step, apart, also reads the source (the cross attention's caches)
+        assert summary["first_step"]["operators"] > max(summary["operators"])
+        assert summary["device_ms_per_step"] is None and summary["top_kernels"] == []
+        assert 0 < timer.first_step_seconds < timer.forward_seconds  # steps 1 and 2 ran after the first
         assert min(summary["operators"]) > 0
         per_step[name] = summary["operators_per_step"]
     assert per_step["ceiling"] < per_step["rfa"]
+
+
+def test_device_time_adds_up_each_kernel_and_the_busy_time():
+    """On a GPU the kernel profile says where a step's time goes: each kernel name's device time and
+    launches, and the total, from the profiler's device events."""
+    from types import SimpleNamespace
+
+    from rfa_doc_mt.bench.decode_speed import device_time
+
+    def event(name, start, end):
+        return SimpleNamespace(name=name, time_range=SimpleNamespace(elapsed_us=lambda: end - start))
+
+    total, per_name = device_time([event("gemm", 0, 30), event("causal_step_kernel", 30, 35),
+                                   event("gemm", 40, 60)])
+    assert total == 55
+    assert per_name == {"gemm": (50, 2), "causal_step_kernel": (5, 1)}
+    assert device_time([]) == (0.0, {})
+
+
+def test_step_table_gives_each_models_time_per_step_and_rfas_cost_per_window():
+    """The time per decoder step (forced lengths: steps = the longest window; tokens / steps = the
+    windows decoding on average) and RFA's time beyond the ceiling's per step and window."""
+    from rfa_doc_mt.bench.decode_speed import CEILING, FUSED
+    from rfa_doc_mt.bench.speed_table import step_table
+
+    def run(model, seconds, first=None):
+        return {"window_size": 4, "batch_size": 8, "batch": 0, "model": model, "tokens": 300, "steps": 50,
+                "forward_seconds": seconds, "first_step_seconds": first}
+
+    result = {"settings": {"dtype": "fp32", "split": "test", "batches_per_window_size": 1},
+              "machine": {"gpu": "GPU"},
+              "summary": [{"window_size": 4, "batch_size": 8,
+                           "tokens_per_second": {"transformer": 1.0, FUSED: 1.0, CEILING: 1.0}}],
+              "runs": [run("transformer", 0.5, 0.02), run(FUSED, 0.9, 0.1), run(CEILING, 0.1, 0.01)]}
+    table = step_table(result)
+    assert "| decoder steps | 50 |" in table and "| windows decoding per step (mean) | 6 |" in table
+    assert "| rfa_fused ms per step | 18.0 |" in table and "| ceiling ms per step | 2.0 |" in table
+    assert "| rfa_fused ms: the encoder and the first step | 100.0 |" in table
+    # (0.9 - 0.1) s / 50 steps / 8 windows = 2000 µs
+    assert "| RFA fused beyond the ceiling, µs per step per window of the batch | 2000 |" in table
+    for r in result["runs"]:
+        del r["steps"]
+    with pytest.raises(SystemExit, match="--data"):
+        step_table(result)
 
 
 def test_fused_hypotheses_are_counted_where_they_differ_and_tabled():

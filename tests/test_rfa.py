@@ -942,13 +942,40 @@ def test_decoding_builds_the_source_state_in_parts(monkeypatch, cross_gate, norm
     with torch.no_grad():
         phi_k, v, key_weight = module._source_keys(encoder_out, padding, module.random_matrices.eval_matrix, starts)
         whole = cross_rfa_state(phi_k, v, key_weight)
-        monkeypatch.setattr(rfa_layers, "SUMMARY_PART_FLOATS", 1)
+        monkeypatch.setattr(rfa_layers, "SUMMARY_PART_FLOATS", {"cpu": 1})
         summary = module._decoding_summary(encoder_out, padding, starts)
     assert list(summary) == ["state"] and is_column_major(summary["state"])
     # every entry sums `source` products of a feature and a weighted value
     weighted = v.abs().max() * (1.0 if key_weight is None else key_weight.max())
     assert_fp32_close(summary["state"], whole, source, (phi_k.abs().max() * weighted).item(),
                       f"state in parts (cross gate {cross_gate}, norm-rescale {norm_rescale})")
+
+
+def test_part_spans_find_each_parts_columns_with_a_token_in_one_pass():
+    """The columns each part of the sources must sum (first to last token of any of its sources),
+    from one computation for all parts: as each part's own search finds them; None for a part of
+    padding only."""
+    generator = torch.Generator().manual_seed(21)
+    real = torch.rand(11, 9, generator=generator) < 0.3
+    real[4:8] = False  # with parts of 2 and 4: parts of padding only
+    real[9, 0] = real[10, 8] = True  # the last, short part reaches both edges
+    for part in (1, 2, 4, 11, 16):
+        expected = []
+        for first in range(0, 11, part):
+            present = real[first:first + part].any(0).nonzero()
+            expected.append(None if present.numel() == 0 else (int(present[0]), int(present[-1]) + 1))
+        assert rfa_layers.part_spans(real, part) == expected, part
+    assert rfa_layers.part_spans(real, 4)[1] is None and rfa_layers.part_spans(real, 11) == [(0, 9)]
+
+
+def test_a_gpu_builds_the_source_state_in_few_parts():
+    """The source state of a decoding batch is built in parts small enough for a CPU's caches, and
+    on a GPU (where each part costs launches) in few: the paper's batch at L = 1 (1024 IWSLT15
+    sentences, padded to 163 tokens; 8 heads, 256 cross projections: 512 features)."""
+    cpu = rfa_layers.summary_part_size(torch.device("cpu"), 8, 163, 512)
+    gpu = rfa_layers.summary_part_size(torch.device("cuda"), 8, 163, 512)
+    assert cpu == 1 and -(-1024 // gpu) <= 16
+    assert rfa_layers.summary_part_size(torch.device("cuda"), 8, 100_000, 512) == 1  # at least one source
 
 
 def test_decoding_keeps_a_short_prefix_as_keys_then_a_column_major_state():

@@ -38,9 +38,11 @@ randomly initialised (only speed is measured), for each window size L, with beam
   per attention, modules/random_feature_attention/fused.py); ``fused_speedup`` is ``rfa_fused`` over
   the transformer. The default is both on a GPU, the eager path alone on a CPU (where the fused path
   runs only in Triton's interpreter, ``TRITON_INTERPRET=1``: a check of the code, not a speed).
-* ``--kernel-counts N`` profiles N decoder steps (1, 2, 4, ...) of one more, quarter-size batch per
-  model and L: what each step launches (the decoder's call and its cache reordering), as GPU kernels
-  (CUDA devices' events: kernels, copies, fills) and as top-level ATen operators, and their means.
+* ``--kernel-counts N`` profiles N decoder steps (1, 2, 4, ...) of one more decoding of the first
+  batch per model and L (all its windows still decoding): what each step launches (the decoder's call and its cache reordering), as GPU kernels
+  (CUDA devices' events: kernels, copies, fills) and as top-level ATen operators, and their means;
+  on a GPU also the device's busy time per step and the kernels that take most of it (where a
+  model's step time goes: ``device_ms_per_step``, ``top_kernels``).
 * ``--tiny`` uses the ``*_tiny`` architectures: a fast check of the code paths (e.g. on a CPU, of
   the fused path in the interpreter), not a measurement.
 * ``--rfa-gates sgate,token,feature`` decodes RFA with these causal gates too (``rfa-<gate>``,
@@ -61,7 +63,7 @@ import os
 import sys
 import time
 from contextlib import contextmanager, nullcontext
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -80,6 +82,8 @@ FUSED = "rfa_fused"
 DECODING_PATHS = {"eager": "rfa", "fused": FUSED}
 # the transformer with its decoder attention removed: what no attention variant can beat
 CEILING = "ceiling"
+# the kernels kept per model and L in --kernel-counts' profile, by device time
+TOP_KERNELS = 6
 
 
 # ---------------------------------------------------------------------------------------
@@ -136,6 +140,15 @@ def choose_batches(dataset, window_size: int, batch_size: int, num_batches: int)
     chosen = chosen[np.argsort(dataset.source_sizes[chosen], kind="mergesort")]
     batches = [chosen[i:i + batch_size].tolist() for i in range(0, len(chosen), batch_size)]
     return [b for b in batches if len(b) == batch_size] or batches[:1]
+
+
+def batch_steps(data: str, split: str, window_size: int, batch_size: int, num_batches: int,
+                max_positions: int = 1024) -> List[int]:
+    """The decoder steps of each batch ``run`` decodes at this L and batch size (its longest
+    reference window, EOS included): for a JSON written before runs recorded ``steps``."""
+    _, dataset = load_windows(data, split, window_size, max_positions)
+    return [max(len(dataset[i]["target"]) for i in batch)
+            for batch in choose_batches(dataset, window_size, batch_size, num_batches)]
 
 
 def build_model(task, arch: str, seed: int, max_positions: int, device: str, dtype: torch.dtype, options=()):
@@ -210,6 +223,7 @@ class Timer:
         self.device = device
         self.forward_seconds = 0.0
         self.reorder_seconds = 0.0
+        self.first_step_seconds: Optional[float] = None  # the encoder and the first decoder step
 
     def sync(self):
         if self.device.startswith("cuda"):
@@ -260,6 +274,8 @@ def forced_length_beam_search(model, sample: Dict, beam: int, pad: int, eos: int
         with timer.forward(), step_context(step):
             logits, _ = model.decoder(tokens[:, :step + 1], encoder_out, incremental_state=incremental_state)
             lprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)
+        if step == 0:  # the first step also reads the source: cross attention's caches are made here
+            timer.first_step_seconds = timer.forward_seconds
         vocab = lprobs.size(-1)
         ending = lengths.eq(step + 1)
         # forced length: no EOS before the window's last position, nothing but EOS at it
@@ -309,8 +325,9 @@ class KernelCounter:
     def __init__(self, device: str, steps):
         self.cuda = device.startswith("cuda")
         self.steps = set(steps)
-        self.counts: Dict[int, Dict[str, int]] = {}
+        self.counts: Dict[int, Dict[str, float]] = {}
         self.entered: Dict[int, int] = {}
+        self.kernel_time: Dict[str, List] = {}  # kernel name -> [device µs, launches] over the profiled steps
 
     @contextmanager
     def __call__(self, step: int):
@@ -336,24 +353,54 @@ class KernelCounter:
             if self.cuda:
                 torch.cuda.synchronize()
         events = profiler.events()
-        counts = self.counts.setdefault(step, {"kernels": 0, "operators": 0})
+        counts = self.counts.setdefault(step, {"kernels": 0, "operators": 0, "device_us": 0.0})
         counts["kernels"] += sum(1 for e in events if e.device_type == DeviceType.CUDA)
         counts["operators"] += sum(1 for e in events if e.device_type == DeviceType.CPU and e.cpu_parent is None
                                    and e.name.startswith(("aten::", "triton::")))
+        total, per_kernel = device_time(e for e in events if e.device_type == DeviceType.CUDA)
+        counts["device_us"] += total
+        for name, (us, calls) in per_kernel.items():
+            seen = self.kernel_time.setdefault(name, [0.0, 0])
+            seen[0] += us
+            seen[1] += calls
 
     def summary(self) -> Dict:
-        steps = sorted(self.counts)
+        steps = sorted(step for step in self.counts if step > 0)  # the first step apart: it reads the source
         mean = {name: float(np.mean([self.counts[s][name] for s in steps])) if steps else None
                 for name in ("kernels", "operators")}
+        device_ms = [self.counts[s]["device_us"] / 1000 for s in steps]
+        first = self.counts.get(0)
+        first_step = first and {"kernels": first["kernels"] if self.cuda else None, "operators": first["operators"],
+                                "device_ms": first["device_us"] / 1000 if self.cuda else None}
+        busy = sum(us for us, _ in self.kernel_time.values()) or 1.0
+        top = sorted(self.kernel_time.items(), key=lambda item: item[1][0], reverse=True)[:TOP_KERNELS]
         return {"steps": steps, "kernels": [self.counts[s]["kernels"] for s in steps],
                 "operators": [self.counts[s]["operators"] for s in steps],
-                "kernels_per_step": mean["kernels"] if self.cuda else None, "operators_per_step": mean["operators"]}
+                "kernels_per_step": mean["kernels"] if self.cuda else None, "operators_per_step": mean["operators"],
+                "device_ms": device_ms if self.cuda else None,
+                "device_ms_per_step": float(np.mean(device_ms)) if self.cuda and steps else None,
+                "first_step": first_step,
+                "top_kernels": [{"kernel": name[:120], "ms_per_step": us / 1000 / len(steps), "share": us / busy,
+                                 "launches_per_step": calls / len(steps)} for name, (us, calls) in top]}
+
+
+def device_time(events) -> Tuple[float, Dict[str, Tuple[float, int]]]:
+    """The device's busy time in a profile's device events (kernels, copies, fills: each an event
+    with a ``name`` and a ``time_range``): their total µs, and µs and count per name."""
+    total, per_name = 0.0, {}
+    for event in events:
+        us = event.time_range.elapsed_us()
+        total += us
+        seen = per_name.get(event.name, (0.0, 0))
+        per_name[event.name] = (seen[0] + us, seen[1] + 1)
+    return total, per_name
 
 
 def count_kernels(model, dataset, indices: List[int], beam: int, device: str, count: int) -> Dict:
     """One more decoding of a batch, steps 1, 2, 4, ... (``count`` of them) profiled, until the last
-    of them: :class:`KernelCounter`'s summary, with the windows decoded."""
-    counter = KernelCounter(device, [2 ** i for i in range(count)])
+    of them, and the first step (0, which reads the source) apart: :class:`KernelCounter`'s summary,
+    with the windows decoded."""
+    counter = KernelCounter(device, [0] + [2 ** i for i in range(count)])
     try:
         decode_batch(model, dataset, indices, beam, device, step_context=counter)
     except StepsCounted:
@@ -378,12 +425,16 @@ def decode_batch(model, dataset, indices: List[int], beam: int, device: str,
     wall = time.perf_counter() - start
     if hypotheses is not None:
         hypotheses.append(best.cpu())
-    tokens = int(sample["target"].ne(dataset.pad).sum())
+    lengths = sample["target"].ne(dataset.pad).sum(1)
+    tokens = int(lengths.sum())
     index = dataset.index
     sentences = index.current_sentence[indices] - index.first_sentence[indices] + 1
-    return {"windows": len(indices), "tokens": tokens, "mean_sentences_per_window": float(np.mean(sentences)),
+    # steps: the decoder calls (the longest window's length); tokens / steps: the windows decoding on average
+    return {"windows": len(indices), "tokens": tokens, "steps": int(lengths.max()),
+            "mean_sentences_per_window": float(np.mean(sentences)),
             "source_tokens": int(sample["net_input"]["src_tokens"].ne(dataset.pad).sum()),
-            "forward_seconds": timer.forward_seconds, "reorder_seconds": timer.reorder_seconds, "wall_seconds": wall}
+            "forward_seconds": timer.forward_seconds, "first_step_seconds": timer.first_step_seconds,
+            "reorder_seconds": timer.reorder_seconds, "wall_seconds": wall}
 
 
 def profile_batch(model, dataset, indices: List[int], beam: int, device: str, top: int) -> List[Dict]:
@@ -463,12 +514,19 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
         summary["profile"] = {name: profile_batch(model, dataset, batches[0], args.beam, device, args.profile)
                               for name, model in models.items()}
     if args.kernel_counts:
-        windows = batches[0][:max(1, len(batches[0]) // 4)]
-        summary["kernel_counts"] = {name: count_kernels(model, dataset, windows, args.beam, device, args.kernel_counts)
+        summary["kernel_counts"] = {name: count_kernels(model, dataset, batches[0], args.beam, device,
+                                                        args.kernel_counts)
                                     for name, model in models.items()}
         unit = "kernels_per_step" if device.startswith("cuda") else "operators_per_step"
         print(f"L={window_size:2d} {unit.replace('_', ' ')}: " + ", ".join(
             f"{name} {counts[unit]:.0f}" for name, counts in summary["kernel_counts"].items()), flush=True)
+        for name, counts in summary["kernel_counts"].items():
+            if counts["device_ms_per_step"] is not None:
+                first = counts["first_step"] or {}
+                print(f"L={window_size:2d} {name}: first step {first.get('kernels')} kernels, device busy "
+                      f"{first.get('device_ms') or 0:.1f} ms; device busy {counts['device_ms_per_step']:.2f} ms per "
+                      "profiled step after it; most time: " + "; ".join(f"{k['share']:.0%} {k['kernel'][:60]} ({k['launches_per_step']:.0f}"
+                                                      " per step)" for k in counts["top_kernels"][:3]), flush=True)
     line = (f"L={window_size:2d}, {summary['batch_size']} windows per batch: transformer "
             f"{speeds['transformer']:.1f} tokens/s")
     for name, key, label in (("rfa", "speedup", "RFA"), (FUSED, "fused_speedup", "RFA fused")):
@@ -530,9 +588,10 @@ def run(args) -> Dict:
                            "rfa_gates": rfa_gates, "rfa_variants": variants,
                            "seed": args.seed, "quick": bool(args.quick), "tiny": bool(args.tiny),
                            "kernel_counts": args.kernel_counts and
-                           f"steps {[2 ** i for i in range(args.kernel_counts)]} of a quarter of the first batch: "
+                           f"steps {[2 ** i for i in range(args.kernel_counts)]} of the first batch, and its first step (0) apart: "
                            "device events (kernels, copies, fills) and top-level ATen operators of the decoder "
-                           "call and the cache reordering",
+                           "call and the cache reordering; the device's busy time per step and the kernels that "
+                           "take most of it",
                            "length": "forced to the reference window length",
                            "ceiling": None if args.no_ceiling else
                            "the transformer whose decoder attentions keep their per-token projections and "
@@ -719,8 +778,8 @@ def main(argv=None) -> int:
                             help="RFA's decoding paths, eager and/or fused (default: both with --device cuda, eager "
                                  "on a CPU; fused on a CPU needs TRITON_INTERPRET=1)")
     run_parser.add_argument("--kernel-counts", type=int, default=0, metavar="N",
-                            help="profile decoder steps 1, 2, 4, ... (N of them) of a quarter batch per model and L: "
-                                 "kernels and operators launched per step")
+                            help="profile decoder steps 1, 2, 4, ... (N of them) of the first batch per model and L: "
+                                 "kernels and operators launched per step, and on a GPU the device time they take")
     run_parser.add_argument("--tiny", action="store_true",
                             help="the *_tiny architectures: a fast check of the code paths, not a measurement")
     run_parser.add_argument("--rfa-gates", metavar="GATE[,GATE...]",

@@ -1,7 +1,11 @@
 """Markdown tables of the decode and training speed JSONs, one column per window size L
 (scripts/bench_gpu.sh prints them; docs/benchmarks.md's tables have this shape).
 
-    python -m rfa_doc_mt.bench.speed_table [--decode F.json ...] [--training F.json]
+    python -m rfa_doc_mt.bench.speed_table [--decode F.json ...] [--training F.json] [--steps F.json ...]
+
+``--steps`` tables each model's forward time per decoder step, and what RFA's step costs beyond
+the ceiling's per window the batch started with (``--data DIR`` recounts the steps of a JSON
+written before runs recorded them).
 """
 
 import argparse
@@ -52,11 +56,66 @@ def decode_table(result: Dict) -> str:
         for name in counted[0]["kernel_counts"]:
             rows.append([f"{unit.replace('_', ' ')}: {name}"] +
                         [_number(s.get("kernel_counts", {}).get(name, {}).get(unit)) for s in summary])
+        for name in counted[0]["kernel_counts"]:
+            if any((s.get("kernel_counts", {}).get(name, {}).get("first_step") or {}).get(unit.split("_")[0])
+                   is not None for s in counted):
+                rows.append([f"{unit.split('_')[0]} at the first step: {name}"] + [
+                    _number((s.get("kernel_counts", {}).get(name, {}).get("first_step") or {}).get(unit.split("_")[0]))
+                    for s in summary])
+        for name in counted[0]["kernel_counts"]:
+            if any(s.get("kernel_counts", {}).get(name, {}).get("device_ms_per_step") is not None for s in counted):
+                rows.append([f"device ms per profiled step: {name}"] + [
+                    _number(s.get("kernel_counts", {}).get(name, {}).get("device_ms_per_step"), 2) for s in summary])
     machine = result["machine"].get("gpu") or result["machine"].get("cpu")
     commit = (result.get("commit") or {}).get("commit")
     note = f"{dtype}, beam {result['settings']['beam']}, {machine}, commit {commit and commit[:7]}" + \
         (f" (partial: {result['partial']})" if result.get("partial") else "")
     return note + "\n\n" + _table(header, rows)
+
+
+def step_table(result: Dict, data: Optional[str] = None) -> str:
+    """Forward milliseconds per decoder step of every model per L, the windows decoding on average
+    (tokens / steps: forced lengths, so each step decodes one token of each window still decoding),
+    and RFA's time per step beyond the ceiling's, per window the batch started with."""
+    from .decode_speed import batch_steps
+
+    settings = result["settings"]
+    summary = sorted(result["summary"], key=lambda s: (s["window_size"], s["batch_size"]))
+    header = ["L"] + [str(s["window_size"]) for s in summary]
+    names = [name for name in ("transformer", "rfa", FUSED, CEILING) if name in summary[0]["tokens_per_second"]]
+    columns = []
+    for s in summary:
+        runs = [r for r in result["runs"] if r["window_size"] == s["window_size"] and r["batch_size"] == s["batch_size"]]
+        by_batch = {r["batch"]: r.get("steps") for r in runs}
+        if None in by_batch.values():
+            if data is None:
+                raise SystemExit("this JSON's runs do not record their steps: give --data (the corpus it decoded)")
+            recounted = batch_steps(data, settings["split"], s["window_size"], s["batch_size"],
+                                    settings["batches_per_window_size"])
+            by_batch = {batch: recounted[batch] for batch in by_batch}
+        steps = sum(by_batch.values())
+        seconds = {name: sum(r["forward_seconds"] for r in runs if r["model"] == name) for name in names}
+        tokens = sum(r["tokens"] for r in runs if r["model"] == names[0])
+        columns.append((s, steps, tokens, seconds))
+    rows = [["decoder steps"] + [str(steps) for _, steps, _, _ in columns],
+            ["windows decoding per step (mean)"] + [_number(tokens / steps) for _, steps, tokens, _ in columns]]
+    for name in names:
+        rows.append([f"{name} ms per step"] + [_number(1000 * seconds[name] / steps, 1)
+                                                for _, steps, _, seconds in columns])
+    for name in names:  # recorded by newer runs: the encoder and the first step (the source's caches)
+        first = [[r.get("first_step_seconds") for r in result["runs"] if r["model"] == name
+                  and r["window_size"] == s["window_size"] and r["batch_size"] == s["batch_size"]]
+                 for s, _, _, _ in columns]
+        if any(None not in seconds and seconds for seconds in first):
+            rows.append([f"{name} ms: the encoder and the first step"] + [
+                _number(1000 * sum(seconds), 1) if seconds and None not in seconds else "-" for seconds in first])
+    for name, label in (("rfa", "RFA eager"), (FUSED, "RFA fused")):
+        if name in names and CEILING in names:
+            rows.append([f"{label} beyond the ceiling, µs per step per window of the batch"] + [
+                _number(1e6 * (seconds[name] - seconds[CEILING]) / steps / s["batch_size"])
+                for s, steps, _, seconds in columns])
+    machine = result["machine"].get("gpu") or result["machine"].get("cpu")
+    return f"{settings['dtype']}, forward time per decoder step, {machine}\n\n" + _table(header, rows)
 
 
 def training_table(result: Dict) -> str:
@@ -87,9 +146,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--decode", nargs="*", default=[], help="decode_speed JSONs")
     parser.add_argument("--training", nargs="*", default=[], help="training_speed JSONs")
+    parser.add_argument("--steps", nargs="*", default=[], help="decode_speed JSONs: time per decoder step")
+    parser.add_argument("--data", help="with --steps: the corpus a JSON decoded, to recount steps it lacks")
     args = parser.parse_args(argv)
     tables = []
-    for paths, make in ((args.decode, decode_table), (args.training, training_table)):
+    for paths, make in ((args.decode, decode_table), (args.training, training_table),
+                        (args.steps, lambda result: step_table(result, args.data))):
         for path in paths:
             with open(path) as f:
                 tables.append(make(json.load(f)))
