@@ -9,7 +9,8 @@
 #      decoder steps launch and the device time they take (torch.profiler, steps 1, 2, 4, 8, 16 of the
 #      first batch) -> OUT_DIR/fp32/
 #   2. training speed (cap 70 s, expected ~1 min): a training step of the transformer and RFA at L = 1, 4, 15
-#      on the GPU, seconds and peak GPU memory per step -> OUT_DIR/training.json
+#      on the GPU, seconds and peak GPU memory per step, and one more step profiled (the kernels that take
+#      its time) -> OUT_DIR/training.json
 #   3. decode speed in --dtype2 (default fp16; cap 140 s, expected ~2 min): as 1, without RFA's eager path
 #      (step 1 compares the paths) and the kernel counts, L in the order 1, 15, 4, 10, 2, 3, 5 (the
 #      ends first) -> OUT_DIR/<dtype2>/ (cut short, its JSON keeps the L measured)
@@ -75,7 +76,7 @@ if [ "$DRY_RUN" = 1 ]; then
   DECODE=(--device cpu --tiny --window-sizes 1 --batch-sizes 1 --batches 1 --beam 2 --threads 1)
   SECOND=()
   KERNEL_COUNTS=(--kernel-counts 2)
-  TRAINING=(--device cpu --tiny --window-sizes 1 --tokens 256 --steps 1)
+  TRAINING=(--device cpu --tiny --window-sizes 1 --tokens 256 --steps 1 --profile 3)
   LIMITS=(120 60 120)
   BUDGET=300
 else
@@ -87,7 +88,7 @@ else
   DECODE=(--device cuda --batch-scale 1 --batches 1 --threads 4)
   SECOND=(--window-sizes 1,15,4,10,2,3,5)
   KERNEL_COUNTS=(--kernel-counts 5)
-  TRAINING=(--device cuda --window-sizes 1,4,15 --steps 3 --threads 4)
+  TRAINING=(--device cuda --window-sizes 1,4,15 --steps 3 --threads 4 --profile 8)
   LIMITS=(255 70 140)
   BUDGET=465  # seconds for the three steps: with the checks and the tables, 8 minutes
 fi

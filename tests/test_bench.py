@@ -210,7 +210,7 @@ def test_device_time_adds_up_each_kernel_and_the_busy_time():
     launches, and the total, from the profiler's device events."""
     from types import SimpleNamespace
 
-    from rfa_doc_mt.bench.decode_speed import device_time
+    from rfa_doc_mt.bench.common import device_time
 
     def event(name, start, end):
         return SimpleNamespace(name=name, time_range=SimpleNamespace(elapsed_us=lambda: end - start))
@@ -220,6 +220,19 @@ def test_device_time_adds_up_each_kernel_and_the_busy_time():
     assert total == 55
     assert per_name == {"gemm": (50, 2), "causal_step_kernel": (5, 1)}
     assert device_time([]) == (0.0, {})
+
+
+def test_a_profiled_step_names_the_operators_that_take_its_time():
+    """The training benchmark's --profile: one more step under the profiler, its costliest operators
+    first (on a CPU, by self time), with their share of the step."""
+    import torch
+
+    from rfa_doc_mt.bench.common import profiled_step
+
+    a = torch.randn(256, 256)
+    profile = profiled_step(lambda: [a @ a for _ in range(20)] and torch.relu(a), False, 2)
+    assert len(profile["top"]) == 2 and profile["top"][0]["op"] in ("aten::mm", "aten::matmul")
+    assert profile["top"][0]["calls"] == 20 and 0 < profile["top"][1]["share"] <= profile["top"][0]["share"] <= 1
 
 
 def test_step_table_gives_each_models_time_per_step_and_rfas_cost_per_window():

@@ -2,7 +2,7 @@
 windows, and seconds of repeated calls."""
 
 import time
-from typing import List
+from typing import Dict, List, Tuple
 
 import torch
 
@@ -48,3 +48,39 @@ def timed_steps(step, steps: int) -> List[float]:
         step()
         seconds.append(time.perf_counter() - start)
     return seconds
+
+
+def device_time(events) -> Tuple[float, Dict[str, Tuple[float, int]]]:
+    """The device's busy time in a profile's device events (kernels, copies, fills: each an event
+    with a ``name`` and a ``time_range``): their total µs, and µs and count per name."""
+    total, per_name = 0.0, {}
+    for event in events:
+        us = event.time_range.elapsed_us()
+        total += us
+        seen = per_name.get(event.name, (0.0, 0))
+        per_name[event.name] = (seen[0] + us, seen[1] + 1)
+    return total, per_name
+
+
+def profiled_step(step, cuda: bool, top: int) -> Dict:
+    """One more call of ``step`` under torch.profiler: on a GPU the device's busy time, the kernels
+    launched and the ``top`` kernels by device time; on a CPU the ``top`` operators by self CPU time."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as profiler:
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+    if cuda:
+        total, per_kernel = device_time(e for e in profiler.events() if e.device_type == DeviceType.CUDA)
+        ranked = sorted(per_kernel.items(), key=lambda item: item[1][0], reverse=True)[:top]
+        return {"device_ms": total / 1000, "kernels": sum(calls for _, calls in per_kernel.values()),
+                "top": [{"kernel": name[:120], "ms": us / 1000, "share": us / (total or 1.0), "launches": calls}
+                        for name, (us, calls) in ranked]}
+    events = sorted(profiler.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events) or 1.0
+    return {"cpu_ms": total / 1000, "top": [{"op": e.key, "ms": e.self_cpu_time_total / 1000,
+                                              "share": e.self_cpu_time_total / total, "calls": e.count}
+                                             for e in events[:top]]}

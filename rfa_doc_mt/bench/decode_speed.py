@@ -71,6 +71,7 @@ from fairseq.incremental_decoding_utils import FairseqIncrementalState
 
 from ..modules.random_feature_attention.gates import GATE_VARIANTS
 from ..provenance import commit_info, machine_info, record_load_at_end, save_figure, write_json
+from .common import device_time
 
 # Wu et al. 2022, Table 3: batch size used to decode each window size L (32 GB A100; also its CPU runs)
 PAPER_BATCH_SIZES = {1: 1024, 2: 512, 3: 512, 4: 256, 5: 256, 10: 128, 15: 96}
@@ -382,18 +383,6 @@ class KernelCounter:
                 "first_step": first_step,
                 "top_kernels": [{"kernel": name[:120], "ms_per_step": us / 1000 / len(steps), "share": us / busy,
                                  "launches_per_step": calls / len(steps)} for name, (us, calls) in top]}
-
-
-def device_time(events) -> Tuple[float, Dict[str, Tuple[float, int]]]:
-    """The device's busy time in a profile's device events (kernels, copies, fills: each an event
-    with a ``name`` and a ``time_range``): their total µs, and µs and count per name."""
-    total, per_name = 0.0, {}
-    for event in events:
-        us = event.time_range.elapsed_us()
-        total += us
-        seen = per_name.get(event.name, (0.0, 0))
-        per_name[event.name] = (seen[0] + us, seen[1] + 1)
-    return total, per_name
 
 
 def count_kernels(model, dataset, indices: List[int], beam: int, device: str, count: int) -> Dict:

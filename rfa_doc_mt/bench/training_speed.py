@@ -19,6 +19,8 @@ the other, never two at once:
   the step's activations and gradients cost.
 
 With ``--device cuda`` every step ends with a synchronisation, so that its time is the GPU's.
+``--profile N`` profiles one more step (``profile`` in each measurement): on a GPU the device's busy
+time, the kernels launched and the N kernels that take most of it; on a CPU the N costliest operators.
 ``--tiny`` uses the ``*_tiny`` architectures: a fast check of the code paths, not a measurement.
 A measurement that fails (e.g. out of memory) is recorded with its error, and the others go on.
 
@@ -40,7 +42,7 @@ import torch
 
 from ..modules.random_feature_attention.gates import GATE_VARIANTS
 from ..provenance import commit_info, machine_info, record_load_at_end, write_json
-from .common import random_window_step, timed_steps
+from .common import profiled_step, random_window_step, timed_steps
 
 MODELS = {"transformer": "doc_transformer", "rfa": "rfa_doc_transformer"}
 
@@ -81,7 +83,8 @@ def measure(args) -> Dict:
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     per_step = statistics.median(seconds)
     name = args.model if args.model == "transformer" else rfa_name(args.gate)
-    return {"model": name, "arch": arch, "window_size": args.window_size, "windows": windows,
+    profiled = {"profile": profiled_step(step, cuda, args.profile)} if args.profile else {}
+    return {**profiled, "model": name, "arch": arch, "window_size": args.window_size, "windows": windows,
             "tokens": batch_tokens, "seconds_per_step": per_step, "step_seconds": seconds,
             "tokens_per_second": batch_tokens / per_step, "peak_mb": (peak - before) / 2 ** 20,
             "peak_memory": "GPU memory allocated" if cuda else "resident memory (ru_maxrss)"}
@@ -104,7 +107,7 @@ def run(args) -> Dict:
                        "--gate", gate, "--window-size", str(window_size), "--tokens", str(args.tokens),
                        "--steps", str(args.steps), "--sentence-length", str(args.sentence_length),
                        "--vocabulary", str(args.vocabulary), "--threads", str(args.threads), "--seed", str(args.seed),
-                       "--device", args.device] + (["--tiny"] if args.tiny else [])
+                       "--device", args.device, "--profile", str(args.profile)] + (["--tiny"] if args.tiny else [])
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
                 error = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
@@ -116,6 +119,13 @@ def run(args) -> Dict:
             print(f"L={window_size:2d} {name:11s} {figures[name]['tokens']:6d} tokens "
                   f"{figures[name]['seconds_per_step']:7.2f} s/step {figures[name]['tokens_per_second']:8.1f} tokens/s "
                   f"peak +{figures[name]['peak_mb']:7.1f} MB", flush=True)
+            profile = figures[name].get("profile")
+            if profile:
+                busy = f"device busy {profile['device_ms']:.1f} ms, {profile['kernels']} kernels" if "device_ms" in \
+                    profile else f"{profile['cpu_ms']:.1f} ms of operators"
+                print(f"L={window_size:2d} {name:11s} profiled step: {busy}; most time: " + "; ".join(
+                    f"{entry['share']:.0%} {(entry.get('kernel') or entry.get('op'))[:60]}" for entry in profile["top"][:3]),
+                    flush=True)
         summary = {"window_size": window_size}
         if "rfa" in figures and "transformer" in figures:
             ratio = figures["rfa"]["seconds_per_step"] / figures["transformer"]["seconds_per_step"]
@@ -156,6 +166,9 @@ def main(argv=None) -> int:
         sub.add_argument("--threads", type=int, default=1)
         sub.add_argument("--seed", type=int, default=1)
         sub.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+        sub.add_argument("--profile", type=int, default=0, metavar="N",
+                         help="profile one more step (torch.profiler): on a GPU the device's busy time, the kernels "
+                              "launched and the N that take most of it; on a CPU the N costliest operators")
         sub.add_argument("--tiny", action="store_true",
                          help="the *_tiny architectures: a fast check of the code paths, not a measurement")
         if name == "run":
