@@ -40,6 +40,7 @@ from rfa_doc_mt.modules.random_feature_attention import (
     split_state,
     token_gates,
 )
+from rfa_doc_mt.modules.random_feature_attention import features as rfa_features
 from rfa_doc_mt.modules.random_feature_attention import layers as rfa_layers
 from rfa_doc_mt.modules.random_feature_attention import training as rfa_training
 from rfa_doc_mt.modules.random_feature_attention.features import (
@@ -54,7 +55,7 @@ from rfa_doc_mt.modules.random_feature_attention.state import (
     select_rows,
     state_readout,
 )
-from rfa_doc_mt.modules.random_feature_attention.training import fourier_keys_numerator, keys_readout
+from rfa_doc_mt.modules.random_feature_attention.training import fourier_keys_numerator, keys_form_is_cheaper, keys_readout
 from rfa_doc_mt.modules.sentences import sentence_ids, sentence_starts
 
 PAD, EOS, SEP = 1, 2, 3
@@ -164,9 +165,11 @@ def test_rfa_approximates_softmax_and_error_falls_with_more_features(feature_map
     assert errors[4096] < distance_from_uniform / 4
 
 
-def test_fourier_features_and_their_gradients_follow_the_formula():
+@pytest.mark.parametrize("per_head", [True, False], ids=["one head at a time", "all heads at once"])
+def test_fourier_features_and_their_gradients_follow_the_formula(monkeypatch, per_head):
     """The feature map's own backward (from its output) against autograd through sin and cos,
-    for the input and a learned τ."""
+    for the input and a learned τ: one head at a time (a CPU's form) and every head at once (a GPU's)."""
+    monkeypatch.setattr(rfa_features, "PER_HEAD_FEATURES", {"cpu"} if per_head else set())
     generator = torch.Generator().manual_seed(3)
     heads, head_dim, projections = 2, 8, 16
     matrix = orthogonal_random_matrices(generator, 1, heads, projections, head_dim)[0]
@@ -949,6 +952,25 @@ def test_decoding_builds_the_source_state_in_parts(monkeypatch, cross_gate, norm
     weighted = v.abs().max() * (1.0 if key_weight is None else key_weight.max())
     assert_fp32_close(summary["state"], whole, source, (phi_k.abs().max() * weighted).item(),
                       f"state in parts (cross gate {cross_gate}, norm-rescale {norm_rescale})")
+
+
+def test_cross_attentions_training_read_is_the_same_one_head_at_a_time_or_all_at_once(monkeypatch):
+    """Cross attention's training read through the source's keys: one head at a time (a CPU's
+    form) or every head in one product (a GPU's), the same outputs and gradients (float64)."""
+    torch.manual_seed(0)
+    module = RandomFeatureCrossAttention(16, 2, 4, seed=3, kdim=12).double().eval()
+    generator = torch.Generator().manual_seed(17)
+    query = torch.randn(3, 2, 16, generator=generator, dtype=torch.float64).requires_grad_()
+    key = torch.randn(4, 2, 12, generator=generator, dtype=torch.float64).requires_grad_()
+    padding = torch.tensor([[False] * 4, [False, False, False, True]])
+    assert keys_form_is_cheaper(4, module.features, module.head_dim + 1, reads=3)  # the keys are read
+    results = []
+    for devices in ({"cpu"}, set()):
+        monkeypatch.setattr(rfa_layers, "PER_HEAD_KEYS_READ", devices)
+        out, _ = module(query, key, key, key_padding_mask=padding)
+        results.append((out, *torch.autograd.grad(out.square().sum(), (query, key))))
+    for name, per_head, at_once in zip(("output", "query gradient", "key gradient"), *results):
+        assert torch.allclose(per_head, at_once, rtol=1e-10, atol=1e-12), name
 
 
 def test_part_spans_find_each_parts_columns_with_a_token_in_one_pass():

@@ -146,6 +146,12 @@ def _project(x: Tensor, projection: Tensor) -> Tensor:
     return torch.einsum("...htd,hkd->...htk", l2_normalise(x.float()), projection.float())
 
 
+# the device types on which the Fourier features go one head at a time (:class:`_FourierFeatures`:
+# a head's angles stay in a CPU's caches); elsewhere, as on a GPU where a loop over heads costs
+# launches, every head in one batched product
+PER_HEAD_FEATURES = {"cpu"}
+
+
 class _FourierFeatures(torch.autograd.Function):
     """``[sin(P), cos(P)] · scale`` with ``P = x̂ Wᵀ`` (per head), whose backward reads its own output.
 
@@ -171,6 +177,13 @@ class _FourierFeatures(torch.autograd.Function):
         features = units.new_empty(*lead, heads, time, 2 * count)
         halves = features.movedim(-3, 0)  # heads first, as the units
         weight = projection.transpose(1, 2)
+        if units.device.type not in PER_HEAD_FEATURES:  # every head at once
+            angles = torch.bmm(rows, weight).view(heads, *lead, time, count)
+            torch.sin(angles, out=halves[..., :count])
+            torch.cos(angles, out=halves[..., count:])
+            halves.mul_(scale)
+            ctx.save_for_backward(features, rows, projection)
+            return features
         angles = units.new_empty(rows.size(1), count)  # one head's P at a time
         for head in range(heads):
             torch.mm(rows[head], weight[head], out=angles)
@@ -190,6 +203,14 @@ class _FourierFeatures(torch.autograd.Function):
         want_units, want_projection = ctx.needs_input_grad[:2]
         grad_units = rows.new_empty(rows.shape) if want_units else None
         grad_projection = projection.new_empty(projection.shape) if want_projection else None
+        if rows.device.type not in PER_HEAD_FEATURES:  # every head at once
+            angle_grad = torch.mul(grad[..., :count], features[..., count:])
+            angle_grad = angle_grad.addcmul_(grad[..., count:], features[..., :count], value=-1).reshape(heads, -1, count)
+            if want_units:
+                grad_units = torch.bmm(angle_grad, projection).view(features.shape[:-1] + (dim,))
+            if want_projection:
+                grad_projection = torch.bmm(angle_grad.transpose(1, 2), rows)
+            return grad_units, grad_projection, None
         angle_grad = rows.new_empty(rows.size(1), count)  # one head's dP at a time
         head_grad = angle_grad.view(features.shape[1:-1] + (count,))
         for head in range(heads):

@@ -66,6 +66,10 @@ SUMMARY_NAMES = ("state", "keys", "values")
 # launches (about 36 operators a layer): one source per part made the first step of a batch of 1024
 # IWSLT15 sentences (8 heads, 512 features, padded to 163 tokens) some 200,000 launches
 SUMMARY_PART_FLOATS = {"cpu": 1 << 20, "cuda": 1 << 26}
+# the device types whose training read of the source through its keys (Fourier map) makes and uses
+# the features one head at a time (training.fourier_keys_numerator: a head's features stay in a CPU's
+# caches); elsewhere, as on a GPU where a loop over heads costs launches, every head in one product
+PER_HEAD_KEYS_READ = {"cpu"}
 # what decoding keeps of the feature map (DecodingFeatureMap): one for every row, never reordered
 DECODING_FEATURE_NAMES = ("feature_weight", "feature_offset")
 
@@ -589,7 +593,7 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
             starts = self.handed_or_none("sentence_starts")
             k_all, v_all = self._source_heads(key)
             k, v, key_weight = self._rfa_source(k_all, v_all, key, key_padding_mask, starts)
-            if self.feature_map == "fourier" and \
+            if self.feature_map == "fourier" and k.device.type in PER_HEAD_KEYS_READ and \
                     keys_form_is_cheaper(k.size(2), self.features, self.head_dim + 1, reads=time):
                 out = self._fourier_keys_read(q_rfa, k, v, key_weight, random_matrix)
             else:
