@@ -55,7 +55,11 @@ from rfa_doc_mt.modules.random_feature_attention.state import (
     select_rows,
     state_readout,
 )
-from rfa_doc_mt.modules.random_feature_attention.training import fourier_keys_numerator, keys_form_is_cheaper, keys_readout
+from rfa_doc_mt.modules.random_feature_attention.training import (
+    fourier_keys_numerator,
+    keys_form_is_cheaper,
+    keys_readout,
+)
 from rfa_doc_mt.modules.sentences import sentence_ids, sentence_starts
 
 PAD, EOS, SEP = 1, 2, 3

@@ -39,10 +39,12 @@ randomly initialised (only speed is measured), for each window size L, with beam
   the transformer. The default is both on a GPU, the eager path alone on a CPU (where the fused path
   runs only in Triton's interpreter, ``TRITON_INTERPRET=1``: a check of the code, not a speed).
 * ``--kernel-counts N`` profiles N decoder steps (1, 2, 4, ...) of one more decoding of the first
-  batch per model and L (all its windows still decoding): what each step launches (the decoder's call and its cache reordering), as GPU kernels
-  (CUDA devices' events: kernels, copies, fills) and as top-level ATen operators, and their means;
-  on a GPU also the device's busy time per step and the kernels that take most of it (where a
-  model's step time goes: ``device_ms_per_step``, ``top_kernels``).
+  batch per model and L (all its windows still decoding): what each step launches (the decoder's
+  call and its cache reordering), as GPU kernels (CUDA devices' events: kernels, copies, fills)
+  and as top-level ATen operators, and their means; on a GPU also the device's busy time per step
+  and the kernels that take most of it (where a model's step time goes: ``device_ms_per_step``,
+  ``top_kernels``). The first step (0), which also reads the source, is profiled apart
+  (``first_step``).
 * ``--tiny`` uses the ``*_tiny`` architectures: a fast check of the code paths (e.g. on a CPU, of
   the fused path in the interpreter), not a measurement.
 * ``--rfa-gates sgate,token,feature`` decodes RFA with these causal gates too (``rfa-<gate>``,
@@ -63,7 +65,7 @@ import os
 import sys
 import time
 from contextlib import contextmanager, nullcontext
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -512,10 +514,11 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
         for name, counts in summary["kernel_counts"].items():
             if counts["device_ms_per_step"] is not None:
                 first = counts["first_step"] or {}
+                top = "; ".join(f"{k['share']:.0%} {k['kernel'][:60]} ({k['launches_per_step']:.0f} per step)"
+                                for k in counts["top_kernels"][:3])
                 print(f"L={window_size:2d} {name}: first step {first.get('kernels')} kernels, device busy "
                       f"{first.get('device_ms') or 0:.1f} ms; device busy {counts['device_ms_per_step']:.2f} ms per "
-                      "profiled step after it; most time: " + "; ".join(f"{k['share']:.0%} {k['kernel'][:60]} ({k['launches_per_step']:.0f}"
-                                                      " per step)" for k in counts["top_kernels"][:3]), flush=True)
+                      f"profiled step after it; most time: {top}", flush=True)
     line = (f"L={window_size:2d}, {summary['batch_size']} windows per batch: transformer "
             f"{speeds['transformer']:.1f} tokens/s")
     for name, key, label in (("rfa", "speedup", "RFA"), (FUSED, "fused_speedup", "RFA fused")):
@@ -577,7 +580,8 @@ def run(args) -> Dict:
                            "rfa_gates": rfa_gates, "rfa_variants": variants,
                            "seed": args.seed, "quick": bool(args.quick), "tiny": bool(args.tiny),
                            "kernel_counts": args.kernel_counts and
-                           f"steps {[2 ** i for i in range(args.kernel_counts)]} of the first batch, and its first step (0) apart: "
+                           f"steps {[2 ** i for i in range(args.kernel_counts)]} of the first batch, and its first "
+                           "step (0) apart: "
                            "device events (kernels, copies, fills) and top-level ATen operators of the decoder "
                            "call and the cache reordering; the device's busy time per step and the kernels that "
                            "take most of it",

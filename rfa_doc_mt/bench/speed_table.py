@@ -85,7 +85,8 @@ def step_table(result: Dict, data: Optional[str] = None) -> str:
     names = [name for name in ("transformer", "rfa", FUSED, CEILING) if name in summary[0]["tokens_per_second"]]
     columns = []
     for s in summary:
-        runs = [r for r in result["runs"] if r["window_size"] == s["window_size"] and r["batch_size"] == s["batch_size"]]
+        runs = [r for r in result["runs"]
+                if r["window_size"] == s["window_size"] and r["batch_size"] == s["batch_size"]]
         by_batch = {r["batch"]: r.get("steps") for r in runs}
         if None in by_batch.values():
             if data is None:

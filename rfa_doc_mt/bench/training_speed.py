@@ -123,9 +123,9 @@ def run(args) -> Dict:
             if profile:
                 busy = f"device busy {profile['device_ms']:.1f} ms, {profile['kernels']} kernels" if "device_ms" in \
                     profile else f"{profile['cpu_ms']:.1f} ms of operators"
-                print(f"L={window_size:2d} {name:11s} profiled step: {busy}; most time: " + "; ".join(
-                    f"{entry['share']:.0%} {(entry.get('kernel') or entry.get('op'))[:60]}" for entry in profile["top"][:3]),
-                    flush=True)
+                top = "; ".join(f"{entry['share']:.0%} {(entry.get('kernel') or entry.get('op'))[:60]}"
+                                for entry in profile["top"][:3])
+                print(f"L={window_size:2d} {name:11s} profiled step: {busy}; most time: {top}", flush=True)
         summary = {"window_size": window_size}
         if "rfa" in figures and "transformer" in figures:
             ratio = figures["rfa"]["seconds_per_step"] / figures["transformer"]["seconds_per_step"]

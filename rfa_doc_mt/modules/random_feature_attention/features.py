@@ -205,7 +205,8 @@ class _FourierFeatures(torch.autograd.Function):
         grad_projection = projection.new_empty(projection.shape) if want_projection else None
         if rows.device.type not in PER_HEAD_FEATURES:  # every head at once
             angle_grad = torch.mul(grad[..., :count], features[..., count:])
-            angle_grad = angle_grad.addcmul_(grad[..., count:], features[..., :count], value=-1).reshape(heads, -1, count)
+            angle_grad = angle_grad.addcmul_(grad[..., count:], features[..., :count], value=-1)
+            angle_grad = angle_grad.reshape(heads, -1, count)
             if want_units:
                 grad_units = torch.bmm(angle_grad, projection).view(features.shape[:-1] + (dim,))
             if want_projection:
