@@ -351,3 +351,13 @@ def test_the_early_stopping_counter_survives_a_resume(monkeypatch):
     for name in ("best", "num_runs"):
         monkeypatch.delattr(train.should_stop_early, name)
     assert run(scores[5:]) is None
+
+
+def test_curves_of_a_crowded_plot_stay_distinct():
+    """A learning-curve plot with more rows than matplotlib's ten colours (the diagnosis draws 12)
+    gives each row its own colour and line style."""
+    from rfa_doc_mt.reproduce.tables import line_style
+
+    styles = [tuple(sorted(line_style(index).items())) for index in range(40)]
+    assert len(set(styles)) == 40
+    assert line_style(0)["color"] == line_style(10)["color"] and line_style(0) != line_style(10)

@@ -336,6 +336,15 @@ def figure3_plot(systems, results, phenomena, path) -> str:
     return path
 
 
+LINE_STYLES = ("-", "--", "-.", ":")
+
+
+def line_style(index: int) -> Dict[str, str]:
+    """The colour and line style of a plot's ``index``-th curve: matplotlib's ten colours, then
+    the same colours dashed, and so on, so that no two of up to 40 curves look alike."""
+    return {"color": f"C{index % 10}", "linestyle": LINE_STYLES[(index // 10) % len(LINE_STYLES)]}
+
+
 def curves_plot(systems, results, path: str, title: str) -> str:
     """Validation loss against updates for the systems of one table (from their train.log): so
     that a system slower to learn can be told from one that is worse. A fine-tuned model's curve
@@ -365,7 +374,7 @@ def curves_plot(systems, results, path: str, title: str) -> str:
             curve = [(updates + offset, loss) for updates, loss in curve]
         if curve:  # labelled by config (a table's labels repeat across context sizes), or run for a variant
             label = system.key if system.overrides else os.path.splitext(os.path.basename(system.config))[0]
-            axis.plot(*zip(*curve), marker=".", label=label)
+            axis.plot(*zip(*curve), marker=".", label=label, **line_style(len(drawn) - 1))
     return finish_curves(figure, axis, "validation loss (label-smoothed cross-entropy)", title, path)
 
 
@@ -398,7 +407,7 @@ def bleu_curves_plot(systems, seed_systems, results, path: str, title: str) -> s
 
 
     figure, axis = plt.subplots(figsize=(7.5, 4.5))
-    stage1_drawn = False
+    stage1_drawn, lines = False, 0
     for row, members in seed_groups(systems, seed_systems).items():
         by_update: Dict[int, List[float]] = {}
         for system in members:
@@ -417,8 +426,9 @@ def bleu_curves_plot(systems, seed_systems, results, path: str, title: str) -> s
             continue
         steps = sorted(by_update)
         mean = [sum(by_update[s]) / len(by_update[s]) for s in steps]
-        line, = axis.plot(steps, mean, marker=".", markersize=3, linewidth=1,
+        line, = axis.plot(steps, mean, marker=".", markersize=3, linewidth=1, **line_style(lines),
                           label=f"{row} ({len(members)} seed{'s' if len(members) > 1 else ''})")
+        lines += 1
         if len(members) > 1:
             axis.fill_between(steps, [min(by_update[s]) for s in steps], [max(by_update[s]) for s in steps],
                               color=line.get_color(), alpha=0.2, linewidth=0)
