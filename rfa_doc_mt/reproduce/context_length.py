@@ -194,7 +194,8 @@ def table_context_length(context) -> Tuple[str, list]:
             for p in phenomena])
         if context.converged:
             cost["convergence"] = convergence_json([result.get("convergence")])
-        json_rows.append({"row": row_id, "system": system.label, "config": system.config, "L": window, "seed": seed,
+        json_rows.append({"row": row_id, "run": system.key, "system": system.label, "config": system.config,
+                          "L": window, "seed": seed,
                           "s_bleu": result["s_bleu"], "d_bleu": result["d_bleu"], **updates_json(result),
                           "accuracy_by_distance": pooled, "accuracy_by_phenomenon": per_phenomenon, **cost})
     against = against_transformer(context, learned)

@@ -409,7 +409,7 @@ def bleu_curves_plot(systems, seed_systems, results, path: str, title: str) -> s
     figure, axis = plt.subplots(figsize=(7.5, 4.5))
     stage1_drawn, lines = False, 0
     for row, members in seed_groups(systems, seed_systems).items():
-        by_update: Dict[int, List[float]] = {}
+        curves = []
         for system in members:
             result = results[system.key]
             summary = result.get("convergence") or {}
@@ -420,19 +420,36 @@ def bleu_curves_plot(systems, seed_systems, results, path: str, title: str) -> s
                 if not stage1_drawn:
                     axis.plot(*zip(*stage1["curve"]), ":", color="grey", label="stage 1 (sentence-level)")
                     stage1_drawn = True
-            for updates, score in summary.get("curve", []):
-                by_update.setdefault(updates + offset, []).append(score)
-        if not by_update:
-            continue
-        steps = sorted(by_update)
-        mean = [sum(by_update[s]) / len(by_update[s]) for s in steps]
-        line, = axis.plot(steps, mean, marker=".", markersize=3, linewidth=1, **line_style(lines),
-                          label=f"{row} ({len(members)} seed{'s' if len(members) > 1 else ''})")
-        lines += 1
-        if len(members) > 1:
-            axis.fill_between(steps, [min(by_update[s]) for s in steps], [max(by_update[s]) for s in steps],
-                              color=line.get_color(), alpha=0.2, linewidth=0)
+            curves.append([(updates + offset, score) for updates, score in summary.get("curve", [])])
+        if draw_seed_band(axis, curves, f"{row} ({len(members)} seed{'s' if len(members) > 1 else ''})",
+                          line_style(lines)):
+            lines += 1
     return finish_curves(figure, axis, "validation s-BLEU", title, path)
+
+
+def seed_band(curves: Sequence[Sequence[Tuple[int, float]]]) -> Tuple[List[int], List[float], List[float],
+                                                                       List[float]]:
+    """(updates, mean, lowest, highest) over the seeds' curves at each validation: where a seed has
+    stopped, the others continue the line."""
+    by_update: Dict[int, List[float]] = {}
+    for curve in curves:
+        for updates, score in curve:
+            by_update.setdefault(updates, []).append(score)
+    steps = sorted(by_update)
+    return (steps, [sum(by_update[s]) / len(by_update[s]) for s in steps],
+            [min(by_update[s]) for s in steps], [max(by_update[s]) for s in steps])
+
+
+def draw_seed_band(axis, curves, label: str, style: Dict[str, str]) -> bool:
+    """A row's line (the mean over its seeds) and, with more than one seed, the band from the
+    lowest to the highest seed; False when no seed has a curve."""
+    steps, mean, low, high = seed_band(curves)
+    if not steps:
+        return False
+    line, = axis.plot(steps, mean, marker=".", markersize=3, linewidth=1, label=label, **style)
+    if sum(1 for curve in curves if curve) > 1:
+        axis.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    return True
 
 
 def finish_curves(figure, axis, ylabel: str, title: str, path: str) -> str:
