@@ -217,6 +217,7 @@ def test_context_length_table(smoke_all):
     rows = rows_of(out, "context_length")
     # a smoke run: RFA-sgate at the longest windows, and the memory model (its own stage 1 on this corpus)
     assert [(r["row"], r["L"]) for r in rows] == [("rfa_sgate_L15", "15"), ("memory", "document")]
+    assert [r["run"] for r in rows] == ["context-rfa_sgate_L15", "context-memory"]  # each row names its run
     assert (out / "runs" / "context-transformer_L1-memory_stage1" / "train.done").is_file()
     buckets = ["1", "2-3", "4-7", "8-14"]
     for row in rows:
@@ -234,6 +235,7 @@ def test_context_length_table(smoke_all):
     assert all(path.read_text() == (path.parent.parent / "test.hyp").read_text() for path in alone)
     text = (out / "context_length.md").read_text()
     assert "| acc. 8-14 |" in text and "Per phenomenon" in text and "466 sentences" in text
+    assert "Ours: the embedded long-range corpus" in text  # its own corpus, named as such
     assert (out / "context_length.png").stat().st_size > 0
 
 

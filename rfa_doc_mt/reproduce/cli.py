@@ -80,6 +80,9 @@ def write_outputs(experiment: Experiment, out: str, corpus: str, context: Contex
     if experiment.benchmark == "decode_speed":
         corpus_label = "randomly initialised paper-size models (speed only: nothing is trained; the source text " \
             "is named below)"
+    elif corpus == EMBEDDED and experiment.embedded_data == "data-long-range":
+        corpus_label = ("the embedded long-range corpus (synthetic, antecedents 1-14 sentences back; not the paper's "
+                        "data: compare trends, not values)")
     elif corpus == EMBEDDED:
         corpus_label = "the embedded synthetic corpus (not the paper's data: compare trends, not values)"
     else:
