@@ -61,6 +61,7 @@ def test_a_row_keeps_its_style_in_every_panel_under_a_common_label():
     assert styles[left]["RFA (1 seed)"] != styles[left]["Transformer (2 seeds)"]
     assert styles[right]["LSH (1 seed)"] not in styles[left].values()  # a row new to the panel: a new style
     assert len(left.collections) == 1  # a band for the row of two seeds, none for one seed
+    assert len(curves_figure(panels * 2).axes) == 4 and len(curves_figure(panels[:1] * 5).axes) == 5
 
 
 def test_the_figure_command_writes_its_png(tmp_path, capsys):

@@ -66,9 +66,13 @@ def curves_figure(panels: Sequence[Tuple[str, dict, Sequence[str]]], labels: Opt
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    columns = len(panels) if len(panels) <= 3 else 2  # four or more panels: two a row
+    lines = -(-len(panels) // columns)
+    figure, axes = plt.subplots(lines, columns, figsize=(5.2 * columns, 4.2 * lines), squeeze=False)
+    for axis in axes.flat[len(panels):]:
+        axis.remove()
     styles: Dict[str, Dict[str, str]] = {}
-    for axis, (title, report, rows) in zip(axes[0], panels):
+    for axis, (title, report, rows) in zip(axes.flat, panels):
         for row in rows:
             label, curves = row_curves(report, row)
             label = (labels or {}).get(row, label)
@@ -79,7 +83,8 @@ def curves_figure(panels: Sequence[Tuple[str, dict, Sequence[str]]], labels: Opt
         axis.set_title(title, fontsize=9)
         axis.legend(fontsize="x-small")
         axis.grid(alpha=0.3)
-    axes[0][0].set_ylabel("validation s-BLEU")
+    for line in axes:
+        line[0].set_ylabel("validation s-BLEU")
     figure.tight_layout()
     return figure
 
