@@ -60,6 +60,20 @@ def write_json(result: Dict, path: str) -> None:
         json.dump(result, handle, indent=1)
 
 
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed), its logger kept at WARNING:
+    fairseq's import leaves the root logger at DEBUG, and matplotlib would log every font it reads."""
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def save_figure(figure, out: str) -> None:
     """Write a matplotlib figure as PNG through a temporary name."""
     temporary = out + ".tmp.png"

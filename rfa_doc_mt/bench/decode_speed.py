@@ -662,13 +662,9 @@ def decoding_paths(args) -> List[str]:
 
 
 def plot(json_path: str, out: str) -> None:
-    import logging
+    from ..provenance import pyplot
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves the root at DEBUG
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     with open(json_path) as f:
         result = json.load(f)

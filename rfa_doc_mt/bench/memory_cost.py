@@ -211,10 +211,9 @@ def run(args) -> Dict:
 def plot(json_path: str, out: str) -> None:
     import json
 
-    import matplotlib
+    from ..provenance import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     with open(json_path) as f:
         result = json.load(f)

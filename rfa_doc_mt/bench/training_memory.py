@@ -36,7 +36,6 @@ each k relative to k = 0, per attention); ``plot`` draws it in a separate step.
 
 import argparse
 import json
-import logging
 import resource
 import subprocess
 import sys
@@ -217,11 +216,9 @@ def run(args) -> Dict:
 
 
 def plot(json_path: str, out: str) -> None:
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import sets the root logger to DEBUG
-    import matplotlib
+    from ..provenance import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     with open(json_path) as f:
         result = json.load(f)

@@ -323,16 +323,11 @@ def pooled_examples(consistency: dict, phenomena: Sequence[str], bucket: Tuple[i
 def context_length_plot(systems, json_rows: List[dict], names: Sequence[str], path: str) -> str:
     """Left: pooled accuracy against the antecedent's distance, a line per system and L. Right:
     accuracy at the farthest bucket against decoding speed."""
-    import logging
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    from ..provenance import save_figure
+    from ..provenance import pyplot, save_figure
+
+    plt = pyplot()
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     colours: Dict[str, str] = {}

@@ -58,13 +58,9 @@ def curves_figure(panels: Sequence[Tuple[str, dict, Sequence[str]]], labels: Opt
     has the same colour and line style in every panel. ``labels``: row → the label to draw it
     under, in place of the report's (so that one system named two ways in two reports is one
     line style)."""
-    import logging
+    from ..provenance import pyplot
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     columns = len(panels) if len(panels) <= 3 else 2  # four or more panels: two a row
     lines = -(-len(panels) // columns)
@@ -76,9 +72,7 @@ def curves_figure(panels: Sequence[Tuple[str, dict, Sequence[str]]], labels: Opt
         for row in rows:
             label, curves = row_curves(report, row)
             label = (labels or {}).get(row, label)
-            style = styles.setdefault(label, line_style(len(styles)))
-            seeds = sum(1 for curve in curves if curve)
-            draw_seed_band(axis, curves, f"{label} ({seeds} seed{'s' if seeds > 1 else ''})", style)
+            draw_seed_band(axis, curves, label, styles.setdefault(label, line_style(len(styles))))
         axis.set_xlabel("updates")
         axis.set_title(title, fontsize=9)
         axis.legend(fontsize="x-small")

@@ -304,13 +304,9 @@ def table_rfa_figure3(context) -> Tuple[str, list]:
 
 
 def figure3_plot(systems, results, phenomena, path) -> str:
-    import logging
+    from ..provenance import pyplot
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from ..provenance import save_figure
 
@@ -349,13 +345,9 @@ def curves_plot(systems, results, path: str, title: str) -> str:
     """Validation loss against updates for the systems of one table (from their train.log): so
     that a system slower to learn can be told from one that is worse. A fine-tuned model's curve
     follows its stage 1 (drawn once, dotted)."""
-    import logging
+    from ..provenance import pyplot
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
 
     figure, axis = plt.subplots(figsize=(7, 4.2))
@@ -397,13 +389,9 @@ def bleu_curves_plot(systems, seed_systems, results, path: str, title: str) -> s
     its seeds at each validation, and a band from the lowest to the highest seed (where a run has
     stopped, the others continue the line). A fine-tuned model's curve follows its stage 1
     (dotted, once)."""
-    import logging
+    from ..provenance import pyplot
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
 
     figure, axis = plt.subplots(figsize=(7.5, 4.5))
@@ -421,8 +409,7 @@ def bleu_curves_plot(systems, seed_systems, results, path: str, title: str) -> s
                     axis.plot(*zip(*stage1["curve"]), ":", color="grey", label="stage 1 (sentence-level)")
                     stage1_drawn = True
             curves.append([(updates + offset, score) for updates, score in summary.get("curve", [])])
-        if draw_seed_band(axis, curves, f"{row} ({len(members)} seed{'s' if len(members) > 1 else ''})",
-                          line_style(lines)):
+        if draw_seed_band(axis, curves, row, line_style(lines)):
             lines += 1
     return finish_curves(figure, axis, "validation s-BLEU", title, path)
 
@@ -440,14 +427,16 @@ def seed_band(curves: Sequence[Sequence[Tuple[int, float]]]) -> Tuple[List[int],
             [min(by_update[s]) for s in steps], [max(by_update[s]) for s in steps])
 
 
-def draw_seed_band(axis, curves, label: str, style: Dict[str, str]) -> bool:
-    """A row's line (the mean over its seeds) and, with more than one seed, the band from the
-    lowest to the highest seed; False when no seed has a curve."""
+def draw_seed_band(axis, curves, name: str, style: Dict[str, str]) -> bool:
+    """A row's line (the mean over its seeds), labelled ``name (N seeds)``, and, with more than one
+    seed, the band from the lowest to the highest seed; False when no seed has a curve."""
     steps, mean, low, high = seed_band(curves)
     if not steps:
         return False
-    line, = axis.plot(steps, mean, marker=".", markersize=3, linewidth=1, label=label, **style)
-    if sum(1 for curve in curves if curve) > 1:
+    seeds = sum(1 for curve in curves if curve)
+    line, = axis.plot(steps, mean, marker=".", markersize=3, linewidth=1,
+                      label=f"{name} ({seeds} seed{'s' if seeds > 1 else ''})", **style)
+    if seeds > 1:
         axis.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     return True
 

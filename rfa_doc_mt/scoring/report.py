@@ -45,13 +45,9 @@ def markdown_table(systems: List[Tuple[str, dict]]) -> str:
 
 
 def consistency_plot(systems: List[Tuple[str, dict]], path: str) -> None:
-    import logging
+    from ..provenance import pyplot
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging setup is verbose
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     phenomena = [p for p in systems[0][1]["consistency"] if p != "pooled"] + ["pooled"]
     width = 0.8 / len(systems)
