@@ -17,7 +17,13 @@ export PYTHONWARNINGS=${PYTHONWARNINGS:-ignore::DeprecationWarning}
 # fairseq_command fairseq-train|fairseq-generate ARGS...: that fairseq command, with this plugin
 # (the one in $ROOT, which --user-dir names) imported before fairseq (rfa_doc_mt/fairseq_command.py)
 fairseq_command() {
-  PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m rfa_doc_mt.fairseq_command "$@"
+  package_module rfa_doc_mt.fairseq_command "$@"
+}
+
+# package_module MODULE ARGS...: python -m MODULE with the package of this checkout first on the path
+# (PYTHONPATH set for that command only)
+package_module() {
+  PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m "$@"
 }
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }

@@ -3,7 +3,7 @@
 # Bawden et al. 2018), for consistency scoring.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$(dirname "$0")/common.sh"
 usage() {
     cat <<USAGE
 usage: $(basename "$0") [--prep DIR] [--out DIR] [--source-lang L --target-lang L] [--documents DIR]
@@ -34,13 +34,6 @@ single distinct candidate is skipped by the scorer.
 USAGE
 }
 
-# the Python: RFA_DOC_MT_PYTHON where set (as in scripts/common.sh), else the project's .venv, else python3
-if [ -n "${RFA_DOC_MT_PYTHON:-}" ]; then
-    PYTHON=$RFA_DOC_MT_PYTHON
-else
-    PYTHON="$ROOT/.venv/bin/python"
-    [ -x "$PYTHON" ] || PYTHON=python3
-fi
 PREP="$ROOT/data-bin/opensubtitles-en-ru"
 OUT=""
 JSON=()
@@ -69,7 +62,6 @@ if [ ${#JSON[@]} -eq 0 ]; then
     fi
 fi
 
-# the package is used from this checkout; PYTHONPATH is set for this command only
-PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m rfa_doc_mt.data.prepare consistency \
+package_module rfa_doc_mt.data.prepare consistency \
     --json "${JSON[@]}" --prep "$PREP" --out "$OUT" ${EXTRA[@]+"${EXTRA[@]}"}
 echo "prepare_consistency: done in ${SECONDS}s"

@@ -3,7 +3,7 @@
 # tokenization (jieba / Moses + English truecasing), joint sentencepiece BPE, fairseq binarization.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$(dirname "$0")/common.sh"
 usage() {
     cat <<USAGE
 usage: $(basename "$0") [--wit3-dir DIR] [--out DIR] [--valid-sets A,B] [--test-sets A,B] [options]
@@ -26,13 +26,6 @@ prep.json). Without train.tags only the valid and test splits are prepared.
 USAGE
 }
 
-# the Python: RFA_DOC_MT_PYTHON where set (as in scripts/common.sh), else the project's .venv, else python3
-if [ -n "${RFA_DOC_MT_PYTHON:-}" ]; then
-    PYTHON=$RFA_DOC_MT_PYTHON
-else
-    PYTHON="$ROOT/.venv/bin/python"
-    [ -x "$PYTHON" ] || PYTHON=python3
-fi
 WIT3_DIR="$ROOT/../shared/data/iwslt15-zh-en"
 OUT="$ROOT/data-bin/iwslt15-zh-en"
 EXTRA=()
@@ -50,7 +43,6 @@ if [ ! -d "$WIT3_DIR" ]; then
     exit 2
 fi
 
-# the package is used from this checkout; PYTHONPATH is set for this command only
-PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m rfa_doc_mt.data.prepare iwslt15 \
+package_module rfa_doc_mt.data.prepare iwslt15 \
     --wit3-dir "$WIT3_DIR" --out "$OUT" ${EXTRA[@]+"${EXTRA[@]}"}
 echo "prepare_iwslt15: done in ${SECONDS}s"

@@ -3,7 +3,7 @@
 # line four Moses-tokenized sentences joined by " _eos ") for the doc_translation task.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$(dirname "$0")/common.sh"
 usage() {
     cat <<USAGE
 usage: $(basename "$0") --data-dir DIR [--out DIR] [--bpe-size N] [--workers N] [other options of 'prepare opensubtitles']
@@ -15,13 +15,6 @@ usage: $(basename "$0") --data-dir DIR [--out DIR] [--bpe-size N] [--workers N] 
 USAGE
 }
 
-# the Python: RFA_DOC_MT_PYTHON where set (as in scripts/common.sh), else the project's .venv, else python3
-if [ -n "${RFA_DOC_MT_PYTHON:-}" ]; then
-    PYTHON=$RFA_DOC_MT_PYTHON
-else
-    PYTHON="$ROOT/.venv/bin/python"
-    [ -x "$PYTHON" ] || PYTHON=python3
-fi
 DATA_DIR=""
 OUT="$ROOT/data-bin/opensubtitles-en-ru"
 EXTRA=()
@@ -39,7 +32,6 @@ if [ -z "$DATA_DIR" ]; then
     exit 2
 fi
 
-# the package is used from this checkout; PYTHONPATH is set for this command only
-PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m rfa_doc_mt.data.prepare opensubtitles \
+package_module rfa_doc_mt.data.prepare opensubtitles \
     --data-dir "$DATA_DIR" --out "$OUT" ${EXTRA[@]+"${EXTRA[@]}"}
 echo "prepare_opensubtitles: done in ${SECONDS}s"

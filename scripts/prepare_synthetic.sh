@@ -3,7 +3,7 @@
 # its contrastive sets in OUT/consistency/.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$(dirname "$0")/common.sh"
 usage() {
     cat <<USAGE
 usage: $(basename "$0") [--out DIR] [--seed N] [--{train,valid,test}-documents N] [--contrastive-pairs N]
@@ -20,13 +20,6 @@ other options: those of \`python -m rfa_doc_mt.data.prepare synthetic\`
 USAGE
 }
 
-# the Python: RFA_DOC_MT_PYTHON where set (as in scripts/common.sh), else the project's .venv, else python3
-if [ -n "${RFA_DOC_MT_PYTHON:-}" ]; then
-    PYTHON=$RFA_DOC_MT_PYTHON
-else
-    PYTHON="$ROOT/.venv/bin/python"
-    [ -x "$PYTHON" ] || PYTHON=python3
-fi
 OUT="$ROOT/data-bin/synthetic"
 EXTRA=()
 while [ $# -gt 0 ]; do
@@ -37,7 +30,6 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-# the package is used from this checkout; PYTHONPATH is set for this command only
-PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m rfa_doc_mt.data.prepare synthetic \
+package_module rfa_doc_mt.data.prepare synthetic \
     --out "$OUT" ${EXTRA[@]+"${EXTRA[@]}"}
 echo "prepare_synthetic: done in ${SECONDS}s"

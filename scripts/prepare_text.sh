@@ -4,7 +4,7 @@
 # sentencepiece BPE, fairseq binarization, prep.json (which translation and scoring read).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$(dirname "$0")/common.sh"
 usage() {
     cat <<USAGE
 usage: $(basename "$0") --source-lang S --target-lang T --out DIR --train SRC TGT [--valid SRC TGT] [--test SRC TGT] [options]
@@ -31,13 +31,5 @@ for arg in "$@"; do
     case "$arg" in -h|--help) usage; exit 0 ;; esac
 done
 [ $# -gt 0 ] || { usage >&2; exit 2; }
-# the Python: RFA_DOC_MT_PYTHON where set (as in scripts/common.sh), else the project's .venv, else python3
-if [ -n "${RFA_DOC_MT_PYTHON:-}" ]; then
-    PYTHON=$RFA_DOC_MT_PYTHON
-else
-    PYTHON="$ROOT/.venv/bin/python"
-    [ -x "$PYTHON" ] || PYTHON=python3
-fi
-# the package is used from this checkout; PYTHONPATH is set for this command only
-PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m rfa_doc_mt.data.prepare text "$@"
+package_module rfa_doc_mt.data.prepare text "$@"
 echo "prepare_text: done in ${SECONDS}s"

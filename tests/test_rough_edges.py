@@ -349,8 +349,8 @@ def test_train_without_a_train_split_says_what_is_missing(synthetic, tmp_path):
                                     "prepare_opensubtitles.sh", "prepare_text.sh"])
 def test_every_prepare_script_runs_the_python_rfa_doc_mt_python_names(tmp_path, script):
     """A checkout without its own .venv (a second worktree, a GPU machine) runs the scripts with
-    RFA_DOC_MT_PYTHON, as scripts/common.sh does: the preparation scripts, which do not source it,
-    too. Here that Python is a stand-in that says it ran."""
+    RFA_DOC_MT_PYTHON (scripts/common.sh): the preparation scripts too. Here that Python is a
+    stand-in that says it ran."""
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho \"stand-in python: $*\"\nexit 3\n")
     fake.chmod(0o755)
