@@ -304,11 +304,9 @@ def table_rfa_figure3(context) -> Tuple[str, list]:
 
 
 def figure3_plot(systems, results, phenomena, path) -> str:
-    from ..provenance import pyplot
+    from ..provenance import pyplot, save_figure
 
     plt = pyplot()
-
-    from ..provenance import save_figure
 
     figure, axes = plt.subplots(1, len(phenomena), figsize=(2.6 * len(phenomena), 2.8), sharey=True)
     families: Dict[str, List[Tuple[int, str]]] = {}
@@ -348,7 +346,6 @@ def curves_plot(systems, results, path: str, title: str) -> str:
     from ..provenance import pyplot
 
     plt = pyplot()
-
 
     figure, axis = plt.subplots(figsize=(7, 4.2))
     drawn, stage1_drawn = set(), False
@@ -392,7 +389,6 @@ def bleu_curves_plot(systems, seed_systems, results, path: str, title: str) -> s
     from ..provenance import pyplot
 
     plt = pyplot()
-
 
     figure, axis = plt.subplots(figsize=(7.5, 4.5))
     stage1_drawn, lines = False, 0
