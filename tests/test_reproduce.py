@@ -254,6 +254,24 @@ def test_each_script_resumes_and_prints_its_table(smoke_all):
             assert before[name] == json.loads((out / f"{name}.json").read_text())["rows"]
 
 
+def test_kept_runs_resume_a_reproduction_that_lost_its_folder(smoke_all, tmp_path):
+    """--keep: the finished runs kept without their checkpoints, then restored into a fresh
+    folder (its corpus generated anew), where nothing trains and the table comes out the same."""
+    out, _ = smoke_all
+    keep = tmp_path / "keep"
+    done = reproduce("context_length", "--smoke", "--out", str(out), "--keep", str(keep))
+    assert done.returncode == 0, done.stderr[-2000:]
+    # the rows' runs, and the first stage the memory model was fine-tuned from
+    assert sorted(path.name for path in keep.iterdir()) == [
+        "context-memory.tar.xz", "context-rfa_sgate_L15.tar.xz", "context-transformer_L1-memory_stage1.tar.xz"]
+    fresh = tmp_path / "fresh"
+    done = reproduce("context_length", "--smoke", "--out", str(fresh), "--keep", str(keep))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "restored from" in done.stderr and "] started " not in done.stderr
+    assert rows_of(fresh, "context_length") == rows_of(out, "context_length")
+    assert not list((fresh / "runs").rglob("*.pt"))
+
+
 def test_missing_data_is_reported_before_any_work(tmp_path):
     out = tmp_path / "out"
     done = reproduce("rfa_table1", "--corpus", "iwslt15", "--data", str(tmp_path / "nowhere"), "--out", str(out))

@@ -14,6 +14,7 @@ from ..provenance import commit_info, machine_info, write_json
 from . import __doc__ as PACKAGE_DOC
 from .convergence import capped_runs_note, run_convergence, stopping_rules_note
 from .experiments import EXPERIMENTS, budget_note, embedded_train_args, print_list, systems_to_train
+from .keep import keep_run, restore_runs
 from .papers import (
     CONTEXT_LENGTH_BUDGET,
     DEFAULT_CONVERGENCE,
@@ -233,6 +234,11 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", metavar="ROW[,ROW...]", type=lambda text: [r for r in text.split(",") if r],
                         help="train and tabulate only these rows of the experiment (their seeds too; the rows: "
                              "--list; Table 1: with --converge), e.g. to run part of a long experiment first")
+    parser.add_argument("--keep", metavar="DIR",
+                        help="keep each finished run's files, checkpoints left out, in DIR/RUN.tar.xz (after timing "
+                             "its decoding alone, the other runs paused), and restore into OUT the runs kept there "
+                             "that OUT lacks: the same command resumes on a machine that lost OUT, training only "
+                             "what is left (commit DIR, or copy it away)")
     parser.add_argument("--status", action="store_true",
                         help="where a reproduction in --out stands: each run trained, training (or interrupted) or "
                              "not started, with its updates and validation scores; trains nothing")
@@ -369,6 +375,10 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
         problems = data_problems(data, any(e.needs_consistency for e in experiments))
         if problems:
             raise DataError("the embedded corpus is incomplete (delete it to regenerate):\n  " + "\n  ".join(problems))
+    if args.keep:
+        restored = restore_runs(args.keep, runs, data, log)
+        if restored:
+            log(f"restored from {args.keep}: {', '.join(restored)}")
 
     # 3. train, decode and score: the runs others wait for first (the settings of Table 1's search,
     # a fine-tuned system's first stage), fine-tuned ones last; within those, longest first (the
@@ -392,6 +402,20 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
         return [*budget, *system.overrides]
 
     systems = share_identical_runs(systems, train_args, runs, evaluate)
+    timed_alone = {system.key for experiment, rows in plan if experiment.decodes_alone for _, system in rows}
+
+    def keep(system: System) -> None:
+        """--keep: the run, and the first stage it was fine-tuned from (kept once this one is)."""
+        if not args.keep or system.key in waited_for:
+            return
+        for key in [system.key] + ([system.starts_from] if system.starts_from else []):
+            if keep_run(os.path.join(runs, key), args.keep, key, data):
+                log(f"kept {key} -> {args.keep}")
+
+    def after_run(system: System) -> None:
+        if system.key in timed_alone:
+            decode_alone([system], data, runs)
+        keep(system)
     if systems or search:
         log(f"{len(systems)} systems" + (" and Table 1's search" if search else "") + f" -> {runs} "
             f"({args.jobs} at a time" + (f"; {args.budget} updates each" if args.corpus == EMBEDDED and not args.smoke
@@ -400,7 +424,7 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
             log(f"convergence budget: every run {args.convergence.describe()}")
         run_systems([(system, tuple(sorted(evaluate[system.key]))) for system in systems], data, runs, args.jobs,
                     train_args, more=search.requests if search else None, priority=priority,
-                    gpus=args.gpus if args.gpus > 1 else 0)
+                    gpus=args.gpus if args.gpus > 1 else 0, alone_after=after_run)
     if search and not search.done():
         raise DataError("Table 1's search did not finish: a setting's run has no validation score (see the logs in "
                         f"{runs})")
@@ -421,6 +445,8 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
                                                   for _, system in seeded]
         if experiment.decodes_alone:
             decode_alone(every, data, runs)
+        for system in every:
+            keep(system)
         results = {system.key: system_results(os.path.join(runs, system.key), os.path.join(
             runs, system.starts_from) if system.starts_from else None) for system in every}
         if args.convergence is not None:

@@ -123,6 +123,14 @@ def decoding_speed(run_dir: str) -> Optional[dict]:
     return None if speed is None else {**speed, "alone": decoded_alone}
 
 
+OWN_MARK = " †"
+
+
+def own_mark(speed: Optional[dict]) -> str:
+    """A mark for a speed that is not of the decoding timed alone."""
+    return OWN_MARK if speed is not None and not speed["alone"] else ""
+
+
 def speed_of(folder: str) -> Optional[dict]:
     path = os.path.join(folder, "test.generate.err")
     if not os.path.isfile(path):
@@ -187,8 +195,8 @@ def table_context_length(context) -> Tuple[str, list]:
                      fmt(result["d_bleu"])] + [fmt_accuracy(pooled[n]) for n in names]
                     + [fmt(cost["seconds_per_update"], 2), fmt(cost["training_minutes"], 0),
                        fmt(cost["peak_training_mb"], 0),
-                       fmt(speed["tokens_per_second"] if speed else None, 0),
-                       fmt(speed["sentences_per_second"] if speed else None, 1)])
+                       fmt(speed["tokens_per_second"] if speed else None, 0) + own_mark(speed),
+                       fmt(speed["sentences_per_second"] if speed else None, 1) + own_mark(speed)])
         detail_rows.append([system.label.rsplit(" L=", 1)[0], window, str(seed)] + [
             " / ".join(fmt(per_phenomenon[p][n]["accuracy"] if per_phenomenon[p][n] else None, 0) for n in names)
             for p in phenomena])
@@ -229,6 +237,10 @@ def table_context_length(context) -> Tuple[str, list]:
         " windows a batch), decoded once more after the training, one run at a time alone on the machine with one "
         "torch thread: a window of L sentences generates all L to keep its last, so both fall with L. BLEU: the "
         "long-range test split, 12 documents (466 sentences), the same for every system.")
+    if any(row[-1].endswith(OWN_MARK) for row in rows):
+        context.notes.append(
+            f"{OWN_MARK.strip()} the speed of the run's own decoding, beside another run's training: the run was "
+            "restored from what was kept of it (--keep) without the checkpoint to time it alone.")
     context.notes.append("Per phenomenon (accuracy per distance bucket):\n\n" + detail)
     if against:
         labels = {row_id: system.label.rsplit(" L=", 1)[0] for row_id, system in context.systems}
@@ -323,11 +335,10 @@ def pooled_examples(consistency: dict, phenomena: Sequence[str], bucket: Tuple[i
 def context_length_plot(systems, json_rows: List[dict], names: Sequence[str], path: str) -> str:
     """Left: pooled accuracy against the antecedent's distance, a line per system and L. Right:
     accuracy at the farthest bucket against decoding speed."""
-    import matplotlib.ticker
-
     from ..provenance import pyplot, save_figure
 
-    plt = pyplot()
+    plt = pyplot()  # before any other matplotlib import: it quiets matplotlib's logger
+    import matplotlib.ticker
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     colours: Dict[str, str] = {}

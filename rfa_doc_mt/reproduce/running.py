@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -168,9 +169,62 @@ class _Task:
         return [step for step in EVALUATIONS if step in self.evaluate]
 
 
+def descendants(pid: int) -> List[int]:
+    """The processes below ``pid`` (children, theirs, ...), read from /proc; [] where there is none."""
+    parents: Dict[int, List[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as handle:
+                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+        parents.setdefault(ppid, []).append(int(entry))
+    found, queue = [], [pid]
+    while queue:
+        for child in parents.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+def pause(processes: Sequence[subprocess.Popen]) -> List[int]:
+    """Stop (SIGSTOP) each process and everything below it: the top first, so that it starts
+    nothing new, then what is below until no new process appears; the pids stopped."""
+    stopped: List[int] = []
+    for process in processes:
+        if process.poll() is not None:
+            continue
+        tree = [process.pid]
+        while tree:
+            for pid in tree:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+                except ProcessLookupError:
+                    pass
+            tree = [pid for pid in descendants(process.pid) if pid not in stopped]
+    return stopped
+
+
+def resume(pids: Sequence[int]) -> None:
+    """Continue (SIGCONT) what :func:`pause` stopped."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
 def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
                 arguments: Callable[[System], Sequence[str]], more: Optional[Callable[[], List[Request]]] = None,
-                priority: Callable[[System], tuple] = lambda system: (), gpus: int = 0) -> None:
+                priority: Callable[[System], tuple] = lambda system: (), gpus: int = 0,
+                alone_after: Optional[Callable[[System], None]] = None) -> None:
     """Train, decode and score systems (scripts/run_system.sh), ``jobs`` at a time, each with
     its extra fairseq-train ``arguments(system)``, then evaluated as requested for it (any of
     ``EVALUATIONS``: a system of Figure 3 alone needs no test decoding, a setting of Table 1's
@@ -182,7 +236,9 @@ def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
     fine-tuned system starts once the system it starts from has finished. Lowest ``priority``
     first, then in the order requested. Prints a line per start and finish; raises DataError
     listing the failures at the end. ``gpus`` > 1: each run gets a GPU no other run holds
-    (``CUDA_VISIBLE_DEVICES``), or waits for one."""
+    (``CUDA_VISIBLE_DEVICES``), or waits for one. ``alone_after(system)`` is called when a run
+    has finished, with the other runs paused (:func:`pause`), so that what it does (decoding
+    timed alone) runs alone; they go on afterwards, whatever it raises."""
     scoring_consistency = os.path.isdir(os.path.join(data, "consistency"))
     requested: Dict[str, set] = {}
     systems: Dict[str, System] = {}
@@ -229,6 +285,14 @@ def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
                 counts["done"] += 1
                 log(f"finished {key} in {time.monotonic() - start:.0f} s ({counts['done']} runs done, "
                     f"{len(pending) + len(running)} waiting or running, {time.monotonic() - begun:.0f} s so far)")
+                if alone_after is not None:
+                    paused = pause([entry[0] for entry in running.values()])
+                    try:
+                        alone_after(task.system)
+                    except DataError as error:  # the run stands; what follows it is redone at the end
+                        log(f"after {key}: {error}")
+                    finally:
+                        resume(paused)
             else:
                 with open(log_path, encoding="utf-8", errors="replace") as f:
                     tail = "".join(f.readlines()[-12:])
@@ -344,14 +408,21 @@ def decode_alone(systems: Sequence[System], data: str, runs: str) -> None:
     system at a time while nothing else of the experiment runs, with one torch thread as the runs
     train: the decoding a run did for its scores shared the machine with another run's training
     (and with whatever else ran then), so its speed does not compare between rows; these do.
-    Skipped where the run's current checkpoint_best.pt was decoded so before."""
+    Skipped where the run's current checkpoint_best.pt was decoded so before, and where a run
+    restored without checkpoints (keep.py) was; a run with neither its checkpoint nor a timing
+    keeps the speed of its own decoding, which the table marks."""
     todo = []
     for system in systems:
         run_dir = os.path.join(runs, system.key)
         checkpoint = os.path.join(run_dir, "checkpoint_best.pt")
-        if not os.path.isfile(checkpoint):
-            raise DataError(f"{system.key}: no checkpoint_best.pt in {run_dir} to time its decoding")
         done = os.path.join(run_dir, ALONE, "test.decode.json")
+        if not os.path.isfile(checkpoint):
+            if not os.path.isfile(os.path.join(run_dir, "train.done")):
+                raise DataError(f"{system.key}: no checkpoint_best.pt in {run_dir} to time its decoding")
+            if not os.path.isfile(done):
+                log(f"decoding speed: {system.key} has no checkpoint left to time alone (restored from what was "
+                    "kept of it): its own decoding's speed stands, marked")
+            continue
         if not os.path.isfile(done) or os.path.getmtime(done) < os.path.getmtime(checkpoint):
             todo.append((system, run_dir, checkpoint))
     for count, (system, run_dir, checkpoint) in enumerate(todo, 1):
