@@ -141,3 +141,28 @@ def test_pause_stops_a_run_and_what_it_started(tmp_path):
             os.kill(pid, 9)
         process.kill()
         process.wait()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_a_sigterm_while_runs_are_paused_leaves_none_stopped(tmp_path):
+    """The orchestrator ended (SIGTERM) while it times a run alone: the runs it paused go on, to
+    receive their own signals, instead of staying stopped for ever."""
+    script = tmp_path / "orchestrator.py"
+    script.write_text(
+        "import os, signal, subprocess, sys, time\n"
+        "from rfa_doc_mt.reproduce.running import paused\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(0.01)'],\n"
+        "                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "print(child.pid, flush=True)\n"
+        "with paused([child]):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(5)\n"
+        "print('not ended', flush=True)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    child = int(done.stdout.split()[0])
+    try:
+        assert done.returncode == 128 + 15 and "not ended" not in done.stdout
+        time.sleep(0.2)
+        assert state(child) in "RS"
+    finally:
+        os.kill(child, 9)

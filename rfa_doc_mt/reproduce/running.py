@@ -2,6 +2,7 @@
 decoding and scoring each system through scripts/run_system.sh, the benchmarks, and the embedded
 corpus."""
 
+import contextlib
 import json
 import os
 import re
@@ -10,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..data.io import DataError, atomic_write
 from .papers import EMBEDDED, EMBEDDED_CORPORA, ROOT, SHARED_WIT3, System
@@ -221,6 +222,24 @@ def resume(pids: Sequence[int]) -> None:
             pass
 
 
+def _exit_on_signal(number, frame):
+    raise SystemExit(128 + number)
+
+
+@contextlib.contextmanager
+def paused(processes: Sequence[subprocess.Popen]) -> Iterator[None]:
+    """``processes`` and what they started stopped (:func:`pause`) while the block runs, and
+    continued after it, however it ends: a SIGTERM meanwhile ends this process through the
+    continuing (a stopped process would keep its group's SIGTERM pending and never end)."""
+    terminate = signal.signal(signal.SIGTERM, _exit_on_signal)
+    stopped = pause(processes)
+    try:
+        yield
+    finally:
+        resume(stopped)
+        signal.signal(signal.SIGTERM, terminate)
+
+
 def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
                 arguments: Callable[[System], Sequence[str]], more: Optional[Callable[[], List[Request]]] = None,
                 priority: Callable[[System], tuple] = lambda system: (), gpus: int = 0,
@@ -286,13 +305,11 @@ def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
                 log(f"finished {key} in {time.monotonic() - start:.0f} s ({counts['done']} runs done, "
                     f"{len(pending) + len(running)} waiting or running, {time.monotonic() - begun:.0f} s so far)")
                 if alone_after is not None:
-                    paused = pause([entry[0] for entry in running.values()])
-                    try:
-                        alone_after(task.system)
-                    except DataError as error:  # the run stands; what follows it is redone at the end
-                        log(f"after {key}: {error}")
-                    finally:
-                        resume(paused)
+                    with paused([entry[0] for entry in running.values()]):
+                        try:
+                            alone_after(task.system)
+                        except DataError as error:  # the run stands; what follows it is redone at the end
+                            log(f"after {key}: {error}")
             else:
                 with open(log_path, encoding="utf-8", errors="replace") as f:
                     tail = "".join(f.readlines()[-12:])
