@@ -141,3 +141,57 @@ def test_each_row_is_compared_with_the_transformer_of_its_l_and_seed(tmp_path):
     assert {row["baseline_row"] for name, row in longer.items() if name.startswith("rfa")} == {"rfa_sgate_L4"}
     assert longer["rfa_sgate_L15"]["s_bleu"]["difference"] < 0 < longer["rfa_sgate_L15_seed2"]["s_bleu"]["difference"]
     assert longer["rfa_sgate_L15_seed2"]["far"]["difference"] == pytest.approx(100 * (8 - 0) / 8)
+
+
+def test_a_rows_seeds_give_one_verdict_or_ask_for_another_seed():
+    from rfa_doc_mt.reproduce.context_length import direction, verdict
+
+    assert [direction({"interval": interval}) for interval in ([0.1, 0.5], [-0.5, -0.1], [-0.1, 0.1], [0.0, 0.4])] \
+        == ["above", "below", "level", "level"]
+    assert verdict(["below", "below"]) == {"verdict": "below", "seeds": ["below", "below"]}
+    assert verdict(["above", "level"]) == {"verdict": "disagree", "seeds": ["above", "level"], "seeds_to_decide": 3}
+    assert verdict(["above", "level", "above"])["verdict"] == "above"  # two of three
+    assert verdict(["above", "level", "below"])["verdict"] == "disagree"  # no majority of three
+    assert verdict(["level"])["verdict"] == "level" and verdict([])["verdict"] == "none"
+
+
+def test_verdicts_leave_out_the_seeds_the_cap_stopped():
+    from types import SimpleNamespace
+
+    from rfa_doc_mt.reproduce.context_length import verdicts, verdicts_note
+    from rfa_doc_mt.reproduce.papers import System
+
+    def compared(baseline, s_bleu, far=None):
+        entry = {"baseline_row": baseline, "L": "15", "s_bleu": {"interval": s_bleu}}
+        return entry if far is None else {**entry, "far": {"interval": far}}
+
+    rows = ["transformer_L15", "transformer_L15_seed2", "lsh_L15", "lsh_L15_seed2", "rfa_sgate_L15",
+            "rfa_sgate_L15_seed2", "rfa_sgate_L4", "transformer_L4"]
+    systems = [(row, System(row, f"configs/context/{row}.sh", name=row)) for row in rows]
+    capped = {"lsh_L15_seed2"}
+    results = {row: {"convergence": {"reached_cap": row in capped}} for row in rows}
+    context = SimpleNamespace(systems=systems, results=results)
+    against = {"lsh_L15": compared("transformer_L15", [-2, -1], [-12, -8]),
+               "lsh_L15_seed2": compared("transformer_L15_seed2", [1, 2], [8, 12]),
+               "rfa_sgate_L15": compared("transformer_L15", [-2, -1], [-1, 1]),
+               "rfa_sgate_L15_seed2": compared("transformer_L15_seed2", [-2, -1], [-10, -8])}
+    longer = {"rfa_sgate_L15": compared("rfa_sgate_L4", [1, 2]),
+              "rfa_sgate_L15_seed2": compared("rfa_sgate_L4", [1, 3])}
+    found = verdicts(context, against, longer)
+    lsh = found["lsh_L15"]["against_transformer"]
+    assert lsh["seeds"] == [1] and lsh["capped"] == [2]
+    assert lsh["far"] == {"verdict": "below", "seeds": ["below"]}
+    sgate = found["rfa_sgate_L15"]
+    assert sgate["against_transformer"]["seeds"] == [1, 2] and sgate["against_transformer"]["s_bleu"]["verdict"] == \
+        "below"
+    assert sgate["against_transformer"]["far"]["verdict"] == "disagree"
+    assert sgate["against_L4"]["s_bleu"]["verdict"] == "above"
+    # a transformer stopped by the cap leaves out the seeds compared with it, there only
+    results["transformer_L15"]["convergence"]["reached_cap"] = True
+    found = verdicts(context, against, longer)
+    sgate = found["rfa_sgate_L15"]
+    assert sgate["against_transformer"]["seeds"] == [2] and sgate["against_transformer"]["capped"] == [1]
+    assert sgate["against_L4"]["seeds"] == [1, 2]
+    assert found["lsh_L15"]["against_transformer"]["s_bleu"]["verdict"] == "none"
+    note = verdicts_note(context, found)
+    assert "none (seed 1, 2 capped)" in note and "below (1 of 1; seed 1 capped)" in note

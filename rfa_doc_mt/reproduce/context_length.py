@@ -266,6 +266,10 @@ def table_context_length(context) -> Tuple[str, list]:
             f"(sacrebleu's paired bootstrap). At {FAR_BUCKET[0]}-{FAR_BUCKET[1]} sentences back a window of "
             f"{SHORT_WINDOW} is at chance by construction: the accuracy columns say what the longer windows add "
             "there.\n\n" + markdown(["system", "L", "seed", "Δ s-BLEU [95% interval]", "p"], rows_longer))
+    found = verdicts(context, against, longer)
+    if found:
+        context.extra["verdicts"] = found
+        context.notes.append(verdicts_note(context, found))
     context.plot = context_length_plot(context.systems, json_rows, names, context.png_path)
     context.extra["learned_phenomena"] = learned
     return table, json_rows
@@ -325,6 +329,96 @@ def paired_comparisons(context, learned: Sequence[str], baseline_of) -> Dict[str
         compared[row_id] = {"baseline_row": baseline, "L": window, "seed": seed,
                             "s_bleu": comparisons[0].as_dict(), "far": comparisons[-1].as_dict()}
     return compared
+
+
+# ---------------------------------------------------------------------------------------
+# verdicts: what the seeds of a row say together
+
+
+def direction(comparison: dict) -> str:
+    """A paired comparison's verdict: "above" or "below" where its 95% interval excludes zero on
+    that side, else "level"."""
+    low, high = comparison["interval"]
+    return "above" if low > 0 else "below" if high < 0 else "level"
+
+
+def verdict(directions: Sequence[str]) -> dict:
+    """What a row's seeds say together: the direction every seed gives, or (three seeds or more)
+    the one most of them give; else that they disagree, and how many seeds would decide it (one
+    more). {"verdict": direction or "disagree" (or "none": no seed), "seeds": [each seed's direction]}."""
+    if not directions:
+        return {"verdict": "none", "seeds": []}
+    counts = {d: list(directions).count(d) for d in dict.fromkeys(directions)}
+    top, count = max(counts.items(), key=lambda item: item[1])
+    if count == len(directions) or (len(directions) >= 3 and count > len(directions) / 2):
+        return {"verdict": top, "seeds": list(directions)}
+    return {"verdict": "disagree", "seeds": list(directions), "seeds_to_decide": len(directions) + 1}
+
+
+def reached_cap(result: Optional[dict]) -> bool:
+    return bool(result and (result.get("convergence") or {}).get("reached_cap"))
+
+
+def verdicts(context, against: Dict[str, dict], longer: Dict[str, dict]) -> Dict[str, dict]:
+    """Per row (its seeds together): the verdict against the transformer of the same L on s-BLEU and
+    on accuracy FAR_BUCKET sentences back, and (windows longer than SHORT_WINDOW) against the
+    family's SHORT_WINDOW on s-BLEU. A seed whose run, or the run it is compared with, was stopped
+    by the cap is left out of that comparison (its ``capped`` seeds): a run still learning says
+    nothing about where it ends. Rows with no comparison are left out."""
+    rows = dict(context.systems)
+    grouped: Dict[str, dict] = {}
+    for name, comparisons, measures in (("against_transformer", against, ("s_bleu", "far")),
+                                        (f"against_L{SHORT_WINDOW}", longer, ("s_bleu",))):
+        for row_id, compared in comparisons.items():
+            base_row, seed = row_seed(row_id)
+            entry = grouped.setdefault(base_row, {"L": compared["L"]}).setdefault(
+                name, {"seeds": [], "capped": [], "directions": {measure: {} for measure in measures}})
+            if reached_cap(context.results[rows[row_id].key]) or \
+                    reached_cap(context.results[rows[compared["baseline_row"]].key]):
+                entry["capped"].append(seed)
+                continue
+            entry["seeds"].append(seed)
+            for measure in measures:
+                entry["directions"][measure][seed] = direction(compared[measure])
+    for row in grouped.values():
+        for name in ("against_transformer", f"against_L{SHORT_WINDOW}"):
+            if name in row:
+                entry = row[name]
+                entry["seeds"].sort()
+                entry["capped"].sort()
+                for measure, directions in entry.pop("directions").items():
+                    entry[measure] = verdict([directions[seed] for seed in entry["seeds"]])
+    return grouped
+
+
+def verdicts_note(context, found: Dict[str, dict]) -> str:
+    labels = {row_seed(row_id)[0]: system.label.rsplit(" L=", 1)[0] for row_id, system in context.systems}
+
+    def cell(row: dict, name: str, measure: str) -> str:
+        entry = row.get(name)
+        if entry is None:
+            return "—"
+        figures = entry[measure]
+        said = figures["verdict"]
+        capped = f"; seed {', '.join(map(str, entry['capped']))} capped" if entry["capped"] else ""
+        if said == "disagree":
+            return (f"seeds disagree ({', '.join(figures['seeds'])}{capped}): {figures['seeds_to_decide']} seeds "
+                    "decide")
+        if said == "none":
+            return f"none (seed {', '.join(map(str, entry['capped']))} capped)"
+        return f"{said} ({figures['seeds'].count(said)} of {len(figures['seeds'])}{capped})"
+
+    far = f"{FAR_BUCKET[0]}-{FAR_BUCKET[1]}"
+    rows = [[labels[row_id], row["L"], cell(row, "against_transformer", "s_bleu"),
+             cell(row, "against_transformer", "far"), cell(row, f"against_L{SHORT_WINDOW}", "s_bleu")]
+            for row_id, row in found.items()]
+    return ("Verdicts, each row's seeds together: above or below where a seed's 95% interval (the comparisons "
+            "above) excludes zero on that side, level where it contains zero; the verdict every seed gives, or "
+            "with three seeds or more the one most give (how many of them: in brackets); where they disagree, one "
+            "more seed decides (`--row-seeds ROW=N`, with the transformer's row at the same N). A seed stopped by "
+            "the cap, or compared with a run stopped by it, is left out (capped).\n\n"
+            + markdown(["system", "L", "s-BLEU against the transformer", f"acc. {far} against the transformer",
+                        f"s-BLEU against L = {SHORT_WINDOW}"], rows))
 
 
 def pooled_examples(consistency: dict, phenomena: Sequence[str], bucket: Tuple[int, int]) -> int:
