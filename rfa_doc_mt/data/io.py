@@ -11,6 +11,7 @@
 """
 
 import contextlib
+import hashlib
 import os
 import tempfile
 from dataclasses import dataclass
@@ -48,6 +49,15 @@ def atomic_write(path: str, mode: str = "w", encoding: str = "utf-8") -> Iterato
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def sha256(path: str) -> str:
+    """The sha256 of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

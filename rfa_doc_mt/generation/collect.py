@@ -19,7 +19,6 @@ by an earlier run, or made from another checkpoint, are never scored as new.
 """
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -33,6 +32,7 @@ from ..data.io import (
     read_docs,
     read_lines,
     read_text,
+    sha256,
     text_lines,
     write_docs,
     write_lines,
@@ -83,14 +83,6 @@ def collect(generate_output: str, data_dir: str, split: str, target_lang: str, o
     if references is not None:
         write_lines(out_prefix + ".ref", references)
     return len(translations)
-
-
-def sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def checkpoint_identity(path: str) -> dict:

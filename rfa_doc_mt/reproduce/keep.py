@@ -23,7 +23,7 @@ import tarfile
 import time
 from typing import Dict, List, Optional
 
-from ..data.io import DataError, atomic_write
+from ..data.io import DataError, atomic_write, sha256
 
 SUFFIX = ".tar.xz"
 MANIFEST = "kept.json"  # inside each archive: what it holds and the corpus it was scored on
@@ -45,14 +45,6 @@ def run_files(run_dir: str) -> List[str]:
     return sorted(kept)
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def corpus_fingerprint(data: str) -> Dict[str, str]:
     """What identifies the corpus a run was scored on, wherever it lies: the sha256 of its
     prep.json without the command that wrote it (which names the folder), of its test references
@@ -67,14 +59,14 @@ def corpus_fingerprint(data: str) -> Dict[str, str]:
     sets = os.path.join(data, "consistency")
     if os.path.isdir(sets):
         names += sorted(os.path.join("consistency", name) for name in os.listdir(sets) if name.endswith(".json"))
-    fingerprint.update({name: _sha256(os.path.join(data, name)) for name in names})
+    fingerprint.update({name: sha256(os.path.join(data, name)) for name in names})
     return fingerprint
 
 
 def _archive_bytes(run_dir: str, key: str, corpus: Dict[str, str]) -> bytes:
     """The run's archive, byte for byte the same for the same files (sorted, no times or owners)."""
     files = run_files(run_dir)
-    manifest = {"run": key, "corpus": corpus, "files": {name: _sha256(os.path.join(run_dir, name)) for name in files}}
+    manifest = {"run": key, "corpus": corpus, "files": {name: sha256(os.path.join(run_dir, name)) for name in files}}
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:xz") as archive:
         entries = [(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())]
@@ -149,7 +141,7 @@ def restore_runs(keep_dir: str, runs: str, data: str, log=print) -> List[str]:
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 with open(target, "wb") as handle:
                     handle.write(archive.extractfile(name).read())
-                if _sha256(target) != manifest["files"][name]:
+                if sha256(target) != manifest["files"][name]:
                     raise DataError(f"{path}: {name} does not match its checksum")
         os.replace(partial, run_dir)  # whole or not at all
         restored.append(key)
