@@ -134,22 +134,41 @@ def test_a_minimum_gain_stops_a_creeping_curve_and_keeps_its_best_so_far():
     assert replay([(1, 1.0), (2, 1.2), (3, 1.4), (4, 1.45), (5, 1.5)], 1, 2, 0.3) == (5, 5, 1.5)
 
 
+# validation s-BLEU every 200 updates of the transformer at L = 15 (second seed), stopped under
+# patience 3 with a minimum gain of 0.2 (papers.CONTEXT_LENGTH_CONVERGENCE's comment)
+TRANSFORMER_L15_SEED2 = [(200 * (i + 1), s) for i, s in enumerate(
+    [1.23, 58.28, 84.62, 91.08, 90.43, 97.5, 95.66, 97.66, 97.48])]
+
+
+def test_the_context_length_budget_outwaits_a_noisy_validation():
+    """Patience 3 stops the transformer's curve at 1800 keeping 97.66; the experiment's patience
+    of 5 does not stop it within those 1800 updates (replay stops a rule that never stops at the
+    curve's end)."""
+    budget = CONTEXT_LENGTH_CONVERGENCE
+    assert (budget.interval, budget.patience, budget.min_gain) == (200, 5, 0.2) and budget.cap == 6000
+    assert replay(TRANSFORMER_L15_SEED2, 1, 3, 0.2) == (1800, 1600, 97.66)
+    assert replay(TRANSFORMER_L15_SEED2 + [(2000, 97.6)], 1, budget.patience, budget.min_gain)[0] == 2000
+    assert replay(TRANSFORMER_L15_SEED2 + [(2000, 97.6), (2200, 97.5)], 1, budget.patience, budget.min_gain) == \
+        (2200, 1600, 97.66)
+
+
 def test_a_run_the_cap_stopped_is_named_with_where_the_budgets_rule_stops_it():
-    """The LSH curves ran to the cap without a minimum gain: the note replays the budget's rule
-    (patience 3, more than 0.2) on them; a curve still rising at the cap is said to be; a run
-    stopped on its patience is not named."""
+    """The LSH curves ran to the cap without a minimum gain: the note replays a budget's rule
+    (here patience 3, more than 0.2, cap 4000: the rule they were measured for) on them; a curve
+    still rising at the cap is said to be; a run stopped on its patience is not named."""
+    rule = Convergence(interval=200, patience=3, cap=4000, min_gain=0.2)
     summaries = {f"lsh seed {k + 1}": {**convergence_summary(curve, 4000, False), "curve": curve}
                  for k, curve in enumerate(LSH_L15)}
     rising = [(200 * (i + 1), 10.0 * i) for i in range(20)]
     summaries["rising"] = {**convergence_summary(rising, 4000, False), "curve": rising}
     summaries["stopped"] = {**convergence_summary(rising[:5], 4000, True), "curve": rising[:5]}
-    note = capped_runs_note(summaries, CONTEXT_LENGTH_CONVERGENCE)
+    note = capped_runs_note(summaries, rule)
     first, second, still = note.split("\n")[-3:]
     assert first.startswith("* lsh seed 1:") and "stops it at 3400, keeping 97.94 (at 3000), 0.37 below" in first
     assert "3800: 98.31, 4000: 97.75" in first and "stops it at 3600, keeping 98.83 (at 3600), 0.08 below" in second
     assert still.startswith("* rising:") and "does not stop it: still improving at the cap" in still
     assert "* stopped:" not in note
-    assert capped_runs_note({"stopped": summaries["stopped"]}, CONTEXT_LENGTH_CONVERGENCE) is None
+    assert capped_runs_note({"stopped": summaries["stopped"]}, rule) is None
 
 
 def test_the_task_stops_early_on_a_minimum_gain_in_either_direction(monkeypatch):
