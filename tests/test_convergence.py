@@ -332,6 +332,11 @@ def test_status_tells_each_run_not_started_training_or_trained(tmp_path, capsys)
                                   "1200, best 91.00 at 1000") and states["b"].endswith("; scored")
     assert states["c"] == states["m"] == "not started"
     assert "6 runs: 2 trained, 2 training or interrupted, 2 not started" in capsys.readouterr().out
+    # kept elsewhere (--keep), not here yet: trained, and restored by the next run
+    states = print_status(str(runs), systems, kept=["c", "a", "elsewhere"])
+    assert states["c"] == states["a"] == "trained, kept (--keep): the next run of this command restores it"
+    assert "elsewhere" not in states and states["b"].startswith("trained: stopped on its patience")
+    assert "5 runs: 4 trained, 1 training or interrupted, 0 not started" in capsys.readouterr().out
 
 
 def test_the_early_stopping_counter_survives_a_resume(monkeypatch):

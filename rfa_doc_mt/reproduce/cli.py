@@ -14,7 +14,7 @@ from ..provenance import commit_info, machine_info, write_json
 from . import __doc__ as PACKAGE_DOC
 from .convergence import capped_runs_note, run_convergence, stopping_rules_note
 from .experiments import EXPERIMENTS, budget_note, embedded_train_args, print_list, systems_to_train
-from .keep import keep_run, restore_runs
+from .keep import keep_run, kept_runs, restore_runs
 from .papers import (
     CONTEXT_LENGTH_BUDGET,
     DEFAULT_CONVERGENCE,
@@ -321,7 +321,8 @@ def main(argv=None) -> int:
                 search.requests()
                 rows = [(row, system) for row, chosen in search.plans.items() for _, system in chosen.seeds]
             plan += systems_to_train(rows)
-        print_status(os.path.join(out, "runs"), list({system.key: system for system in plan}.values()))
+        print_status(os.path.join(out, "runs"), list({system.key: system for system in plan}.values()),
+                     kept_runs(args.keep))
         return 0
     command = "scripts/" + ("reproduce_all.sh" if args.experiment == "all" else f"reproduce_{args.experiment}.sh") \
         + "".join(f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:])[1:])

@@ -395,15 +395,20 @@ def run_status(run_dir: str, first_stage: bool = False) -> str:
     return f"trained: {how}, {updates} updates; {figures}; {scored}"
 
 
-def print_status(runs: str, systems: Sequence[System]) -> Dict[str, str]:
+def print_status(runs: str, systems: Sequence[System], kept: Sequence[str] = ()) -> Dict[str, str]:
     """Each run of ``systems`` (and any other run under ``runs``: Table 1's search settings) with
-    :func:`run_status`, and a count; {run: state}."""
+    :func:`run_status`, and a count; {run: state}. A run that ``runs`` has not finished but that
+    is among the ``kept`` ones (--keep) is said to be kept: the next run of the command restores it."""
     keys = [system.key for system in systems]
     if os.path.isdir(runs):
         keys += sorted(name for name in os.listdir(runs)
-                       if os.path.isdir(os.path.join(runs, name)) and name not in keys)
+                       if os.path.isdir(os.path.join(runs, name)) and name not in keys
+                       and not name.endswith(".restoring") and ".replaced-" not in name)
     first_stages = {system.starts_from for system in systems if system.starts_from}
     states = {key: run_status(os.path.join(runs, key), key in first_stages) for key in keys}
+    for key in kept:
+        if key in states and not states[key].startswith("trained"):
+            states[key] = "trained, kept (--keep): the next run of this command restores it"
     counts = {label: sum(state.startswith(label) for state in states.values())
               for label in ("trained", "training", "not started")}
     print(f"{runs}: {len(states)} runs: {counts['trained']} trained, {counts['training']} training or "
