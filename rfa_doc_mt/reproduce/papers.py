@@ -105,8 +105,8 @@ DEFAULT_CONVERGENCE = TABLE1_CONVERGENCE
 # fairseq's patience); replayed on those two curves, 0.2 keeps all but 0.37 and 0.08 of what 4000
 # updates reached, 0.5 loses 1.8 and 1.5 (the creep is learning, not noise). Patience 5 (1000
 # updates): under patience 3 the transformer at L = 15 (second seed) stopped at 1800 keeping 97.66
-# (97.50, 95.66, 97.66, 97.48 from 1200: the validation split moves by 2 between validations),
-# where its first seed was at 99.44 by 2000; a longer patience is replayed shorter on the recorded
+# (97.50, 95.66, 97.66, 97.48 from 1200: the validation split moves by 2 between validations);
+# resumed under patience 5, it reached 99.20 at 2400. A longer patience is replayed shorter on the recorded
 # curves (the table's stopping rules), never the reverse. Cap 6000: under a cap of 4000 RFA at
 # L = 15 (the token gate's second seed, RFA-sgate's third) was still rising at the cap
 # (docs/reproduction.md has the estimate of what the experiment costs and what it took).
