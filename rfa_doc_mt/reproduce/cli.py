@@ -425,7 +425,8 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
             log(f"convergence budget: every run {args.convergence.describe()}")
         run_systems([(system, tuple(sorted(evaluate[system.key]))) for system in systems], data, runs, args.jobs,
                     train_args, more=search.requests if search else None, priority=priority,
-                    gpus=args.gpus if args.gpus > 1 else 0, alone_after=after_run)
+                    gpus=args.gpus if args.gpus > 1 else 0,
+                    alone_after=after_run if args.keep or timed_alone else None)
     if search and not search.done():
         raise DataError("Table 1's search did not finish: a setting's run has no validation score (see the logs in "
                         f"{runs})")
