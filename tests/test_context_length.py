@@ -195,3 +195,10 @@ def test_verdicts_leave_out_the_seeds_the_cap_stopped():
     assert found["lsh_L15"]["against_transformer"]["s_bleu"]["verdict"] == "none"
     note = verdicts_note(context, found)
     assert "none (seed 1, 2 capped)" in note and "below (1 of 1; seed 1 capped)" in note
+
+
+def test_a_speed_not_timed_alone_is_marked():
+    from rfa_doc_mt.reproduce.context_length import OWN_MARK, own_mark
+
+    assert own_mark({"alone": False}) == OWN_MARK and OWN_MARK.strip()
+    assert own_mark({"alone": True}) == "" and own_mark(None) == ""

@@ -6,6 +6,7 @@ import math
 import os
 import re
 import statistics
+from collections import Counter
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..data.io import DataError
@@ -348,8 +349,7 @@ def verdict(directions: Sequence[str]) -> dict:
     more). {"verdict": direction or "disagree" (or "none": no seed), "seeds": [each seed's direction]}."""
     if not directions:
         return {"verdict": "none", "seeds": []}
-    counts = {d: list(directions).count(d) for d in dict.fromkeys(directions)}
-    top, count = max(counts.items(), key=lambda item: item[1])
+    top, count = Counter(directions).most_common(1)[0]
     if count == len(directions) or (len(directions) >= 3 and count > len(directions) / 2):
         return {"verdict": top, "seeds": list(directions)}
     return {"verdict": "disagree", "seeds": list(directions), "seeds_to_decide": len(directions) + 1}
