@@ -195,6 +195,13 @@ def test_verdicts_leave_out_the_seeds_the_cap_stopped():
     assert found["lsh_L15"]["against_transformer"]["s_bleu"]["verdict"] == "none"
     note = verdicts_note(context, found)
     assert "none (seed 1, 2 capped)" in note and "below (1 of 1; seed 1 capped)" in note
+    assert "out of the window's reach" not in note
+    # a window of 8 sees 7 back: its level accuracy 8-14 back is chance on both sides, not a verdict
+    context.systems.append(("lsh_L8", System("lsh_L8", "configs/context/lsh_L8.sh", name="lsh_L8")))
+    results["lsh_L8"] = {"convergence": {"reached_cap": False}}
+    found = verdicts(context, {**against, "lsh_L8": {**compared("transformer_L4", [-2, -1], [0, 0]), "L": "8"}}, longer)
+    note = verdicts_note(context, found)
+    assert "| lsh_L8 | 8 | below (1 of 1) | — (both at chance: out of the window's reach) |" in note
 
 
 def test_a_speed_not_timed_alone_is_marked():

@@ -391,6 +391,15 @@ def verdicts(context, against: Dict[str, dict], longer: Dict[str, dict]) -> Dict
     return grouped
 
 
+def sees_far(window) -> bool:
+    """Whether a window of ``window`` sentences reaches antecedents FAR_BUCKET sentences back (it sees
+    window - 1 back); the memory model (L = "document") reads every earlier sentence."""
+    try:
+        return int(window) - 1 >= FAR_BUCKET[0]
+    except (TypeError, ValueError):
+        return True
+
+
 def verdicts_note(context, found: Dict[str, dict]) -> str:
     labels = {row_seed(row_id)[0]: system.label.rsplit(" L=", 1)[0] for row_id, system in context.systems}
 
@@ -398,6 +407,8 @@ def verdicts_note(context, found: Dict[str, dict]) -> str:
         entry = row.get(name)
         if entry is None:
             return "—"
+        if measure == "far" and not sees_far(row["L"]):
+            return "— (both at chance: out of the window's reach)"
         figures = entry[measure]
         said = figures["verdict"]
         capped = f"; seed {', '.join(map(str, entry['capped']))} capped" if entry["capped"] else ""
