@@ -200,6 +200,8 @@ def test_verdicts_leave_out_the_seeds_the_cap_stopped():
     context.systems.append(("lsh_L8", System("lsh_L8", "configs/context/lsh_L8.sh", name="lsh_L8")))
     results["lsh_L8"] = {"convergence": {"reached_cap": False}}
     found = verdicts(context, {**against, "lsh_L8": {**compared("transformer_L4", [-2, -1], [0, 0]), "L": "8"}}, longer)
+    assert "far" not in found["lsh_L8"]["against_transformer"]
+    assert found["lsh_L8"]["against_transformer"]["s_bleu"]["verdict"] == "below"
     note = verdicts_note(context, found)
     assert "| lsh_L8 | 8 | below (1 of 1) | — (both at chance: out of the window's reach) |" in note
 

@@ -364,21 +364,23 @@ def verdicts(context, against: Dict[str, dict], longer: Dict[str, dict]) -> Dict
     on accuracy FAR_BUCKET sentences back, and (windows longer than SHORT_WINDOW) against the
     family's SHORT_WINDOW on s-BLEU. A seed whose run, or the run it is compared with, was stopped
     by the cap is left out of that comparison (its ``capped`` seeds): a run still learning says
-    nothing about where it ends. Rows with no comparison are left out."""
+    nothing about where it ends. A window that cannot see FAR_BUCKET sentences back gets no accuracy
+    verdict there (both sides are at chance by construction). Rows with no comparison are left out."""
     rows = dict(context.systems)
     grouped: Dict[str, dict] = {}
     for name, comparisons, measures in (("against_transformer", against, ("s_bleu", "far")),
                                         (f"against_L{SHORT_WINDOW}", longer, ("s_bleu",))):
         for row_id, compared in comparisons.items():
             base_row, seed = row_seed(row_id)
+            measured = [measure for measure in measures if measure != "far" or sees_far(compared["L"])]
             entry = grouped.setdefault(base_row, {"L": compared["L"]}).setdefault(
-                name, {"seeds": [], "capped": [], "directions": {measure: {} for measure in measures}})
+                name, {"seeds": [], "capped": [], "directions": {measure: {} for measure in measured}})
             if reached_cap(context.results[rows[row_id].key]) or \
                     reached_cap(context.results[rows[compared["baseline_row"]].key]):
                 entry["capped"].append(seed)
                 continue
             entry["seeds"].append(seed)
-            for measure in measures:
+            for measure in measured:
                 entry["directions"][measure][seed] = direction(compared[measure])
     for row in grouped.values():
         for name in ("against_transformer", f"against_L{SHORT_WINDOW}"):
@@ -407,8 +409,8 @@ def verdicts_note(context, found: Dict[str, dict]) -> str:
         entry = row.get(name)
         if entry is None:
             return "—"
-        if measure == "far" and not sees_far(row["L"]):
-            return "— (both at chance: out of the window's reach)"
+        if measure not in entry:
+            return "— (both at chance: out of the window's reach)" if measure == "far" else "—"
         figures = entry[measure]
         said = figures["verdict"]
         capped = f"; seed {', '.join(map(str, entry['capped']))} capped" if entry["capped"] else ""
