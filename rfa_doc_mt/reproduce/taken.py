@@ -18,12 +18,12 @@ its machine, shows only the start that finished.
 
 import argparse
 import datetime
-import json
 import os
 import re
 import sys
 from typing import List, Optional, Sequence, Tuple
 
+from ..provenance import write_json
 from .tables import markdown
 
 STAMP = re.compile(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) \| ")
@@ -133,9 +133,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     print(report(rows, args.slots))
     if args.json:
-        with open(args.json + ".tmp", "w") as handle:
-            json.dump(rows, handle, indent=1)
-        os.replace(args.json + ".tmp", args.json)
+        write_json({"slots": args.slots, "runs": rows}, args.json)
     return 0
 
 
