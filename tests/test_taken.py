@@ -1,5 +1,7 @@
 """What a reproduction took, read back from its runs' logs (rfa_doc_mt.reproduce.taken)."""
 
+import json
+
 import pytest
 
 from rfa_doc_mt.reproduce.taken import main, run_taken, training_segments
@@ -61,8 +63,10 @@ def test_an_evaluation_past_midnight_is_on_the_next_day(tmp_path):
 def test_a_run_not_evaluated_yet_counts_its_training_only(tmp_path, capsys):
     folder = write_run(tmp_path / "context-lsh_L15", interrupted_run(), alone_clock=None)
     assert run_taken(folder)["evaluation_seconds"] is None
-    assert main([folder, "--slots", "2"]) == 0
+    assert main([folder, "--slots", "2", "--json", str(tmp_path / "taken.json")]) == 0
     out = capsys.readouterr().out
+    written = json.loads((tmp_path / "taken.json").read_text())
+    assert written["slots"] == 2 and [run["updates"] for run in written["runs"]] == [3000]
     assert "| context-lsh_L15 | 2 | 3000 | 40.0 | — | 40.0 |" in out
     assert "0.7 hours of one run slot" in out and "0.3 hours of 2 slots" in out and "1 without" in out
 
