@@ -384,3 +384,26 @@ def test_curves_of_a_crowded_plot_stay_distinct():
     styles = [tuple(sorted(line_style(index).items())) for index in range(40)]
     assert len(set(styles)) == 40
     assert line_style(0)["color"] == line_style(10)["color"] and line_style(0) != line_style(10)
+
+
+def test_the_context_length_curves_are_drawn_one_panel_a_window(tmp_path):
+    """Each window size gets a panel of its own, the memory model beside the longest windows, the
+    seeds of a row in its row's panel; the panels come in the order of their first row."""
+    from rfa_doc_mt.reproduce.experiments import EXPERIMENTS
+    from rfa_doc_mt.reproduce.papers import EMBEDDED
+    from rfa_doc_mt.reproduce.tables import bleu_curves_plot, curve_panels, seed_groups
+
+    experiment = EXPERIMENTS["context_length"]
+    rows = experiment.rows(EMBEDDED, converged=True)
+    panels = curve_panels(seed_groups(rows), experiment.curve_panel)
+    assert [title.split(" ")[2] for title in panels] == ["1", "4", "8", "15"]
+    longest = {row for row, _ in panels["L = 15 and the memory model (whole document)"]}
+    assert {"memory", "transformer_L15", "rfa_token_L15"} <= longest and "transformer_L8" not in longest
+    assert [len(members) for row, members in panels["L = 15 and the memory model (whole document)"]
+            if row == "transformer_L15"] == [2]
+    assert list(curve_panels(seed_groups(rows), None)) == [""]
+    # drawn: a run's curve in each panel (the others have none yet)
+    results = {system.key: {} for _, system in rows}
+    results[rows[0][1].key] = {"convergence": {"curve": [(200, 50.0), (400, 80.0)]}}
+    path = bleu_curves_plot(rows, None, results, str(tmp_path / "curves.png"), "t", experiment.curve_panel)
+    assert (tmp_path / "curves.png").stat().st_size > 0 and path == str(tmp_path / "curves.png")

@@ -466,7 +466,7 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
         if rows and args.convergence is not None:
             context.curves = bleu_curves_plot(rows, seed_systems, results,
                                               os.path.join(out, f"{experiment.name}_curves.png"),
-                                              f"{experiment.title}: validation s-BLEU")
+                                              f"{experiment.title}: validation s-BLEU", experiment.curve_panel)
         elif rows:
             context.curves = curves_plot(rows, results, os.path.join(out, f"{experiment.name}_curves.png"),
                                          f"{experiment.title}: validation loss")

@@ -1,6 +1,7 @@
 """Which systems each experiment trains (on the embedded corpus and on the papers' corpora),
 the systems to train for a set of rows, and the training arguments that give each its budget."""
 
+import re
 from typing import Dict, List, Optional, Tuple
 
 from ..data.io import DataError
@@ -26,6 +27,7 @@ from .papers import (
     Experiment,
     System,
     demo,
+    row_seed,
 )
 from .tables import (
     table_lsh_table2,
@@ -139,6 +141,16 @@ def context_length_systems() -> List[Tuple[str, System]]:
     return rows
 
 
+def context_length_panel(row: str) -> str:
+    """The panel of a context-length row's learning curve: its window; the memory model beside the
+    longest windows."""
+    window = re.search(r"_L(\d+)$", row_seed(row)[0])
+    longest = max(CONTEXT_LENGTHS)
+    if window is None or int(window.group(1)) == longest:
+        return f"L = {longest} and the memory model (whole document)"
+    return f"L = {int(window.group(1))}"
+
+
 # The diagnosis of RFA's slow learning (docs/models.md): RFA with each of its attentions alone (the
 # other softmax), more random features, the other feature map and τ fixed, and the remedies, beside
 # the transformer and RFA, at Table 1's L = 4 (RFA without a gate, as Table 1's RFA row) and at L = 15
@@ -210,7 +222,8 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                # model; two seeds for every L = 15 row
                convergence=CONTEXT_LENGTH_CONVERGENCE,
                converged_rows=None,
-               converged_seeds={row: 2 for row, _ in context_length_systems() if row.endswith("_L15")}),
+               converged_seeds={row: 2 for row, _ in context_length_systems() if row.endswith("_L15")},
+               curve_panel=context_length_panel),
     Experiment("rfa_diagnosis", "Why RFA learns slowly, and remedies: its attentions, features and τ at L = 4",
                "Wu et al. 2022",
                # RFA as Table 1's search chose it at L = 4: 64 cross and 32 causal projections (search.py)

@@ -218,6 +218,8 @@ class Experiment:
     bleu_budget: Optional[Convergence] = None
     # trained by `reproduce all` (the diagnosis is not: it answers a question of this project's)
     in_all: bool = True
+    # the panel of a row's learning curve under --converge (row id → the panel's title; None: one panel)
+    curve_panel: Optional[Callable[[str], str]] = None
 
     def rows(self, corpus: str, smoke: bool = False, converged: bool = False,
              row_seeds: Optional[Dict[str, int]] = None, only: Optional[Sequence[str]] = None

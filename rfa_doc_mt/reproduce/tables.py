@@ -4,7 +4,7 @@ experiment."""
 import json
 import os
 import re
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..data.io import DataError
 from .papers import (
@@ -381,18 +381,56 @@ def seed_groups(systems, seed_systems=None) -> Dict[str, list]:
     return groups
 
 
-def bleu_curves_plot(systems, seed_systems, results, path: str, title: str) -> str:
+def bleu_curves_plot(systems, seed_systems, results, path: str, title: str,
+                     panel_of: Optional[Callable[[str], str]] = None) -> str:
     """Validation s-BLEU against updates under the convergence budget: a line per row, the mean over
     its seeds at each validation, and a band from the lowest to the highest seed (where a run has
     stopped, the others continue the line). A fine-tuned model's curve follows its stage 1
-    (dotted, once)."""
-    from ..provenance import pyplot
+    (dotted, once). ``panel_of`` (row id → a panel's title) draws the rows in panels, two a line in
+    the order their first row comes, on shared axes; None: one panel."""
+    from ..provenance import pyplot, save_figure
 
     plt = pyplot()
+    panels = curve_panels(seed_groups(systems, seed_systems), panel_of)
+    columns = min(2, len(panels))
+    lines_of_panels = -(-len(panels) // columns)
+    figure, axes = plt.subplots(lines_of_panels, columns, squeeze=False, sharex=True, sharey=True,
+                                figsize=(7.5 if columns == 1 else 11, 4.5 * lines_of_panels))
+    for axis, rows in zip(axes.flat, panels.values()):
+        draw_bleu_curves(axis, rows, results)
+    if len(panels) == 1:
+        return finish_curves(figure, axes[0][0], "validation s-BLEU", title, path)
+    for index, (axis, panel) in enumerate(zip(axes.flat, panels)):
+        axis.set_title(panel, fontsize=9)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize="x-small")
+        if index % columns == 0:
+            axis.set_ylabel("validation s-BLEU")
+        if index >= len(panels) - columns:
+            axis.set_xlabel("updates")
+            axis.xaxis.set_tick_params(labelbottom=True)
+    for axis in axes.flat[len(panels):]:
+        axis.set_visible(False)
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    save_figure(figure, path)
+    return path
 
-    figure, axis = plt.subplots(figsize=(7.5, 4.5))
+
+def curve_panels(groups: Dict[str, list], panel_of: Optional[Callable[[str], str]]
+                 ) -> Dict[str, List[Tuple[str, list]]]:
+    """{panel title: [(row, its seeds' systems)]}, the panels in the order of their first row and
+    each panel's rows in theirs; without ``panel_of``, one panel titled ""."""
+    panels: Dict[str, List[Tuple[str, list]]] = {}
+    for row, members in groups.items():
+        panels.setdefault(panel_of(row) if panel_of else "", []).append((row, members))
+    return panels
+
+
+def draw_bleu_curves(axis, rows: Sequence[Tuple[str, list]], results) -> None:
+    """The validation s-BLEU of ``rows`` ([(row, [System of each seed])]) on one axis."""
     stage1_drawn, lines = False, 0
-    for row, members in seed_groups(systems, seed_systems).items():
+    for row, members in rows:
         curves = []
         for system in members:
             result = results[system.key]
@@ -407,7 +445,6 @@ def bleu_curves_plot(systems, seed_systems, results, path: str, title: str) -> s
             curves.append([(updates + offset, score) for updates, score in summary.get("curve", [])])
         if draw_seed_band(axis, curves, row, line_style(lines)):
             lines += 1
-    return finish_curves(figure, axis, "validation s-BLEU", title, path)
 
 
 def seed_band(curves: Sequence[Sequence[Tuple[int, float]]]) -> Tuple[List[int], List[float], List[float],
