@@ -17,13 +17,15 @@ def start(when: str) -> list:
             "  a continuation line without a time"]
 
 
-def write_run(folder, train_lines, alone_clock="23:58:30", alone_seconds="7.5"):
+def write_run(folder, train_lines, decoded=("10.5", "7.5")):
     folder.mkdir()
     (folder / "train.log").write_text("\n".join(train_lines) + "\n")
-    if alone_clock:
-        (folder / "decoded-alone.log").write_text(
-            f"[{alone_clock}] decode: test of data with checkpoint_best.pt\n"
-            f"decode: Translated 466 sentences (2,981 tokens) in {alone_seconds}s (62.1 sentences/s, 397.5 tokens/s)\n")
+    if decoded:
+        (folder / "decoded-alone").mkdir()
+        for name, seconds in zip(("test.generate.err", "decoded-alone/test.generate.err"), decoded):
+            (folder / name).write_text(
+                "INFO:fairseq_cli.generate:Translated 466 sentences (2,981 tokens) in "
+                f"{seconds}s (62.1 sentences/s, 397.5 tokens/s)\n")
     return str(folder)
 
 
@@ -41,8 +43,8 @@ def test_each_start_is_a_segment_and_the_time_between_them_is_not_counted(tmp_pa
     run = run_taken(write_run(tmp_path / "context-transformer_L8", interrupted_run()))
     assert run["starts"] == 2 and run["updates"] == 3000
     assert run["train_seconds"] == 10 * 60 + 30 * 60  # not the 50 minutes from first to last line
-    # evaluation: the end of training (23:50:00) to the decoding timed alone (23:58:30), and its 7.5 s
-    assert run["evaluation_seconds"] == pytest.approx(8.5 * 60 + 7.5)
+    # evaluation: the test split decoded after training (10.5 s), then alone (7.5 s)
+    assert run["evaluation_seconds"] == pytest.approx(10.5 + 7.5)
     assert run["seconds"] == pytest.approx(run["train_seconds"] + run["evaluation_seconds"])
 
 
@@ -54,14 +56,14 @@ def test_a_start_whose_lines_span_seconds_opens_one_segment_only():
     assert len(segments) == 1 and (segments[0][1] - segments[0][0]).total_seconds() == 1800
 
 
-def test_an_evaluation_past_midnight_is_on_the_next_day(tmp_path):
-    lines = start("23:00:00") + [fairseq_line("23:59:50", "train | num_updates 200")]
-    run = run_taken(write_run(tmp_path / "run", lines, alone_clock="00:01:00", alone_seconds="10"))
-    assert run["evaluation_seconds"] == pytest.approx(70 + 10)
+def test_a_run_decoded_once_has_no_evaluation_time_yet(tmp_path):
+    folder = write_run(tmp_path / "run", interrupted_run())
+    (tmp_path / "run" / "decoded-alone" / "test.generate.err").unlink()
+    assert run_taken(folder)["evaluation_seconds"] is None
 
 
 def test_a_run_not_evaluated_yet_counts_its_training_only(tmp_path, capsys):
-    folder = write_run(tmp_path / "context-lsh_L15", interrupted_run(), alone_clock=None)
+    folder = write_run(tmp_path / "context-lsh_L15", interrupted_run(), decoded=None)
     assert run_taken(folder)["evaluation_seconds"] is None
     assert main([folder, "--slots", "2", "--json", str(tmp_path / "taken.json")]) == 0
     out = capsys.readouterr().out

@@ -10,10 +10,11 @@ segment, from its first line to its last, and the run's training time is the sum
 segments, so that the time between an interruption and the resume is not counted, while the
 updates an interruption lost since the last checkpoint are (they were trained, then trained
 again). Pauses within a segment (the other runs are paused while one decodes alone) count: the
-slot was held. Evaluation: from the end of training to the start of the decoding timed alone
-(``decoded-alone.log``'s first time: the test split's decoding and the contrastive scoring),
-plus that decoding's own seconds. A run started anew elsewhere, its earlier partial work lost with
-its machine, shows only the start that finished.
+slot was held. Evaluation: the seconds fairseq-generate took to decode the test split
+(``test.generate.err``) and to decode it again alone (``decoded-alone/test.generate.err``); the
+contrastive scoring between them leaves no time in the run's files and is not counted (about half a
+minute a run at L = 8). A run started anew elsewhere, its earlier partial work lost with its
+machine, shows only the start that finished.
 """
 
 import argparse
@@ -30,8 +31,8 @@ STAMP = re.compile(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) \| ")
 # fairseq-train's first lines: the plugin's import notice, then its whole configuration
 START = re.compile(r"\| (fairseq\.utils \| --user-dir=|fairseq_cli\.train \| \{)")
 UPDATES = re.compile(r"num_updates[ =](\d+)")
-CLOCK = re.compile(r"^\[(\d{2}):(\d{2}):(\d{2})\] ")
-ALONE_SECONDS = re.compile(r"Translated [0-9,]+ sentences \([0-9,]+ tokens\) in ([0-9.]+)s")
+TRANSLATED = re.compile(r"Translated [0-9,]+ sentences \([0-9,]+ tokens\) in ([0-9.]+)s")
+DECODINGS = ("test.generate.err", os.path.join("decoded-alone", "test.generate.err"))
 
 Segment = Tuple[datetime.datetime, datetime.datetime]
 
@@ -62,24 +63,20 @@ def updates_trained(lines: Sequence[str]) -> Optional[int]:
     return max(found) if found else None
 
 
-def after(clock: Tuple[int, int, int], moment: datetime.datetime) -> datetime.datetime:
-    """The first time at or after ``moment`` that a clock without a date shows."""
-    candidate = moment.replace(hour=clock[0], minute=clock[1], second=clock[2])
-    return candidate if candidate >= moment else candidate + datetime.timedelta(days=1)
-
-
-def evaluation_seconds(run_dir: str, trained_until: datetime.datetime) -> Optional[float]:
-    path = os.path.join(run_dir, "decoded-alone.log")
-    if not os.path.exists(path):
-        return None
-    with open(path) as handle:
-        text = handle.read()
-    clock = next((CLOCK.match(line) for line in text.splitlines() if CLOCK.match(line)), None)
-    alone = ALONE_SECONDS.search(text)
-    if clock is None or alone is None:
-        return None
-    started = after(tuple(int(part) for part in clock.groups()), trained_until)
-    return (started - trained_until).total_seconds() + float(alone.group(1))
+def evaluation_seconds(run_dir: str) -> Optional[float]:
+    """The seconds of the test split's two decodings (after training, and alone); None until both
+    are done."""
+    seconds = 0.0
+    for name in DECODINGS:
+        path = os.path.join(run_dir, name)
+        found = None
+        if os.path.exists(path):
+            with open(path, errors="replace") as handle:
+                found = TRANSLATED.search(handle.read())
+        if found is None:
+            return None
+        seconds += float(found.group(1))
+    return seconds
 
 
 def run_taken(run_dir: str) -> dict:
@@ -92,7 +89,7 @@ def run_taken(run_dir: str) -> dict:
     if not segments:
         raise ValueError(f"{path}: no timed line of fairseq-train")
     train = sum((last - first).total_seconds() for first, last in segments)
-    evaluation = evaluation_seconds(run_dir, segments[-1][1])
+    evaluation = evaluation_seconds(run_dir)
     return {"run": os.path.basename(os.path.normpath(run_dir)), "starts": len(segments),
             "first": segments[0][0].isoformat(" "), "last": segments[-1][1].isoformat(" "),
             "updates": updates_trained(lines), "train_seconds": train, "evaluation_seconds": evaluation,
