@@ -63,6 +63,34 @@ def test_a_kept_run_comes_back_whole_without_its_checkpoints(tmp_path):
     assert keep_run(str(run), keep, "run-a", data)
 
 
+def test_an_older_copy_of_a_run_never_replaces_its_newer_archive(tmp_path):
+    data = corpus(tmp_path / "data")
+    run = finished_run(tmp_path / "runs" / "run-a")
+    keep = str(tmp_path / "keep")
+    assert keep_run(str(run), keep, "run-a", data)
+    assert ".kept" not in files_of(tmp_path / "keep")  # the record stays in the folder, out of the archive
+    # a copy restored elsewhere, then the run redone here (its decoding timed again) and kept anew
+    copy = tmp_path / "tables"
+    restore_runs(keep, str(copy), data, log=lambda message: None)
+    (run / ALONE / "test.decode.json").write_text('{"seconds": 1.5}')
+    assert keep_run(str(run), keep, "run-a", data, log=lambda message: None)
+    newer = open(os.path.join(keep, "run-a.tar.xz"), "rb").read()
+    # the copy, restored before that, must not put its older files back
+    messages = []
+    assert not keep_run(str(copy / "run-a"), keep, "run-a", data, log=messages.append)
+    assert open(os.path.join(keep, "run-a.tar.xz"), "rb").read() == newer and "not kept" in messages[0]
+    # restored anew, the copy is the archive's: what is redone there is kept
+    (copy / "run-a.replaced").mkdir()
+    os.replace(copy / "run-a", copy / "run-a.replaced" / "run-a")
+    restore_runs(keep, str(copy), data, log=lambda message: None)
+    (copy / "run-a" / "test.hyp").write_text("a b\nc f\n")
+    assert keep_run(str(copy / "run-a"), keep, "run-a", data)
+    assert not keep_run(str(copy / "run-a"), keep, "run-a", data)  # the same files: not rewritten
+    # a folder with no record of the archive (kept before records, or copied by hand) does not overwrite it
+    os.remove(run / ".kept")
+    assert not keep_run(str(run), keep, "run-a", data, log=messages.append) and "delete it" in messages[-1]
+
+
 def test_an_unfinished_run_is_neither_kept_nor_lost(tmp_path):
     data = corpus(tmp_path / "data")
     run = finished_run(tmp_path / "runs" / "run-a")

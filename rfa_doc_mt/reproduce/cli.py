@@ -410,7 +410,7 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
         if not args.keep or system.key in waited_for:
             return
         for key in [system.key] + ([system.starts_from] if system.starts_from else []):
-            if keep_run(os.path.join(runs, key), args.keep, key, data):
+            if keep_run(os.path.join(runs, key), args.keep, key, data, log=log):
                 log(f"kept {key} -> {args.keep}")
 
     def after_run(system: System) -> None:

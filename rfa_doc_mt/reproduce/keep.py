@@ -7,6 +7,12 @@ decoding timed alone), and restores into OUT every kept run that OUT lacks, so t
 command on a fresh machine trains only what is left and tabulates everything. DIR can be
 committed or copied anywhere.
 
+An archive is never replaced by a copy of the run older than it: each run folder records (in
+``.kept``, itself never archived) the archive it was last restored from or kept to, and a folder
+whose record is not the archive now in DIR (one restored before the run was kept again from
+elsewhere, or one with no record) does not overwrite it: it says so, and deleting the archive
+lets it be kept.
+
 A kept run carries a fingerprint of the corpus it was scored on (its prep.json and test
 references): restoring it beside another corpus is refused. A first stage that another run is
 fine-tuned from is kept once that run is kept (its checkpoint is what the fine-tuning needs
@@ -27,6 +33,7 @@ from ..data.io import DataError, atomic_write, sha256
 
 SUFFIX = ".tar.xz"
 MANIFEST = "kept.json"  # inside each archive: what it holds and the corpus it was scored on
+RECORD = ".kept"  # in a run folder: the sha256 of the archive it was last restored from or kept to
 
 
 def _left_out(name: str) -> bool:
@@ -80,20 +87,35 @@ def _archive_bytes(run_dir: str, key: str, corpus: Dict[str, str]) -> bytes:
     return buffer.getvalue()
 
 
-def keep_run(run_dir: str, keep_dir: str, key: str, data: str) -> bool:
-    """Write RUN's archive to ``keep_dir`` (replacing an older one whose files differ); whether
-    anything was written."""
+def keep_run(run_dir: str, keep_dir: str, key: str, data: str, log=print) -> bool:
+    """Write RUN's archive to ``keep_dir`` (replacing an older one whose files differ, unless the
+    archive there is not the one this folder was restored from or last kept to); whether anything
+    was written."""
     if not os.path.isfile(os.path.join(run_dir, "train.done")):
         raise DataError(f"{key}: not finished training ({run_dir}); only finished runs are kept")
     content = _archive_bytes(run_dir, key, corpus_fingerprint(data))
     path = os.path.join(keep_dir, key + SUFFIX)
+    record = os.path.join(run_dir, RECORD)
     if os.path.isfile(path):
         with open(path, "rb") as handle:
-            if handle.read() == content:
-                return False
+            kept = handle.read()
+        if kept == content:
+            _record(record, kept)
+            return False
+        synced = open(record).read().strip() if os.path.isfile(record) else None
+        if synced != hashlib.sha256(kept).hexdigest():
+            log(f"{key}: not kept: {path} is not the archive {run_dir} was restored from or kept to (it was "
+                "kept since from another copy of the run); delete it to keep this copy instead")
+            return False
     with atomic_write(path, "wb") as handle:
         handle.write(content)
+    _record(record, content)
     return True
+
+
+def _record(record: str, archive: bytes) -> None:
+    with atomic_write(record) as handle:
+        handle.write(hashlib.sha256(archive).hexdigest() + "\n")
 
 
 def _manifest(archive: tarfile.TarFile, path: str) -> dict:
@@ -143,6 +165,8 @@ def restore_runs(keep_dir: str, runs: str, data: str, log=print) -> List[str]:
                     handle.write(archive.extractfile(name).read())
                 if sha256(target) != manifest["files"][name]:
                     raise DataError(f"{path}: {name} does not match its checksum")
+        with open(path, "rb") as handle:
+            _record(os.path.join(partial, RECORD), handle.read())
         os.replace(partial, run_dir)  # whole or not at all
         restored.append(key)
     return restored
