@@ -159,7 +159,7 @@ def test_verdicts_leave_out_the_seeds_the_cap_stopped():
     from types import SimpleNamespace
 
     from rfa_doc_mt.reproduce.context_length import verdicts, verdicts_note
-    from rfa_doc_mt.reproduce.papers import System
+    from rfa_doc_mt.reproduce.papers import System, row_seed
 
     def compared(baseline, s_bleu, far=None):
         entry = {"baseline_row": baseline, "L": "15", "s_bleu": {"interval": s_bleu}}
@@ -193,6 +193,16 @@ def test_verdicts_leave_out_the_seeds_the_cap_stopped():
     assert sgate["against_transformer"]["seeds"] == [2] and sgate["against_transformer"]["capped"] == [1]
     assert sgate["against_L4"]["seeds"] == [1, 2]
     assert found["lsh_L15"]["against_transformer"]["s_bleu"]["verdict"] == "none"
+    # two seeds left that disagree, beside a capped one: the fourth seed decides, not a third
+    results["transformer_L15"]["convergence"]["reached_cap"] = False
+    for row, capped_run in (("rfa_sgate_L15_seed3", True), ("transformer_L15_seed3", False)):
+        results[row] = {"convergence": {"reached_cap": capped_run}}
+        context.systems.append((row, System(row, f"configs/context/{row_seed(row)[0]}.sh", name=row)))
+    third = {**against, "rfa_sgate_L15_seed3": compared("transformer_L15_seed3", [-1, 1], [1, 2])}
+    capped_third = verdicts(context, third, longer)["rfa_sgate_L15"]["against_transformer"]
+    assert capped_third["capped"] == [3] and capped_third["far"]["seeds_to_decide"] == 4
+    context.systems = context.systems[:-2]
+    results["transformer_L15"]["convergence"]["reached_cap"] = True
     note = verdicts_note(context, found)
     assert "none (seed 1, 2 capped)" in note and "below (1 of 1; seed 1 capped)" in note
     assert "out of the window's reach" not in note

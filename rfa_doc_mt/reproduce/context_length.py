@@ -390,6 +390,8 @@ def verdicts(context, against: Dict[str, dict], longer: Dict[str, dict]) -> Dict
                 entry["capped"].sort()
                 for measure, directions in entry.pop("directions").items():
                     entry[measure] = verdict([directions[seed] for seed in entry["seeds"]])
+                    if "seeds_to_decide" in entry[measure]:  # the capped seeds are trained too: one past them
+                        entry[measure]["seeds_to_decide"] += len(entry["capped"])
     return grouped
 
 
