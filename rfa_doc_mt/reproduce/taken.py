@@ -25,14 +25,15 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 from ..provenance import write_json
+from .context_length import TRANSLATED
+from .running import ALONE
 from .tables import markdown
 
 STAMP = re.compile(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) \| ")
 # fairseq-train's first lines: the plugin's import notice, then its whole configuration
 START = re.compile(r"\| (fairseq\.utils \| --user-dir=|fairseq_cli\.train \| \{)")
 UPDATES = re.compile(r"num_updates[ =](\d+)")
-TRANSLATED = re.compile(r"Translated [0-9,]+ sentences \([0-9,]+ tokens\) in ([0-9.]+)s")
-DECODINGS = ("test.generate.err", os.path.join("decoded-alone", "test.generate.err"))
+DECODINGS = ("test.generate.err", os.path.join(ALONE, "test.generate.err"))
 
 Segment = Tuple[datetime.datetime, datetime.datetime]
 
@@ -75,7 +76,7 @@ def evaluation_seconds(run_dir: str) -> Optional[float]:
                 found = TRANSLATED.search(handle.read())
         if found is None:
             return None
-        seconds += float(found.group(1))
+        seconds += float(found.group("seconds"))
     return seconds
 
 
