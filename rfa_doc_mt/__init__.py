@@ -16,7 +16,8 @@ import sys
 __version__ = "0.1.0"
 
 # modules whose `python -m` run needs no fairseq registration
-LIGHT_TOOLS = ("rfa_doc_mt.generation.collect", "rfa_doc_mt.scoring.bleu", "rfa_doc_mt.reproduce")
+LIGHT_TOOLS = ("rfa_doc_mt.generation.collect", "rfa_doc_mt.scoring.bleu", "rfa_doc_mt.reproduce",
+               "rfa_doc_mt.training_state")
 
 
 # modules whose `python -m` run keeps standard error for its own progress and warnings

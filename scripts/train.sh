@@ -2,9 +2,10 @@
 # Train a model: scripts/train.sh CONFIG DATA_DIR SAVE_DIR [extra fairseq-train args]
 # Re-running resumes from SAVE_DIR/checkpoint_last.pt. A finished run is left untouched: one
 # that ended with these same settings (SAVE_DIR/train.done, written when fairseq-train
-# succeeds: this also covers early stopping), or whose checkpoint_last.pt has reached
-# --max-update (fairseq-train, started again on it, would train one more update and rewrite
-# the checkpoints).
+# succeeds: this also covers early stopping), one that stopped on its patience when only
+# --max-update is raised, or one whose checkpoint_last.pt has reached --max-update
+# (fairseq-train, started again on it, would train one more update and rewrite the checkpoints).
+# A run that stopped at its --max-update trains on when it is raised.
 # Other options: those of `fairseq-train --user-dir rfa_doc_mt --task doc_translation` (after SAVE_DIR),
 # e.g. --distributed-world-size N, --max-update N.
 set -euo pipefail
@@ -35,26 +36,12 @@ if ! has_option --disable-validation "${settings[@]}"; then
   done
 fi
 
-# SAVE_DIR/train.done holds the settings (one a line) of the run that finished there
-finished=""
-if [ -f "$save_dir/train.done" ] && [ "$(cat "$save_dir/train.done")" = "$(printf '%s\n' "${settings[@]}")" ]; then
-  finished="it finished with these settings ($save_dir/train.done)"
-elif [ -f "$save_dir/checkpoint_last.pt" ]; then
-  finished=$("$PYTHON" - "$save_dir/checkpoint_last.pt" "$(option_value --max-update 0 "${settings[@]}")" <<'PY'
-# Prints why the run is finished, or nothing. argv: CHECKPOINT MAX_UPDATE
-import sys
-import torch
-checkpoint, max_update = sys.argv[1], int(sys.argv[2])
-# mmap: the training state is read, not the weights; a fairseq checkpoint pickles its config
-state = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
-num_updates = state["optimizer_history"][-1]["num_updates"]
-if 0 < max_update <= num_updates:
-    print(f"checkpoint_last.pt has {num_updates} updates, --max-update is {max_update}")
-PY
-  ) || die "could not read $save_dir/checkpoint_last.pt (see above)"
-fi
+# SAVE_DIR/train.done holds the settings (one a line) of the run that finished there; a run that
+# stopped on its patience stays finished when only --max-update is raised (rfa_doc_mt.training_state)
+finished=$("$PYTHON" -m rfa_doc_mt.training_state "$save_dir" "${settings[@]}") \
+  || die "could not read where the run in $save_dir stands (see above)"
 if [ -n "$finished" ]; then
-  log "train: $save_dir holds a finished run: $finished; left untouched. To train further raise --max-update (training resumes from checkpoint_last.pt); to train anew use another SAVE_DIR."
+  log "train: $save_dir holds a finished run: $finished; left untouched. To train a run that stopped at its --max-update further, raise it (training resumes from checkpoint_last.pt); to train anew use another SAVE_DIR."
   exit 0
 fi
 

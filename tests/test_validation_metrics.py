@@ -626,6 +626,35 @@ def test_a_resumed_run_stops_where_an_uninterrupted_one_does(corpus, tmp_path):
         assert torch.equal(weight, best[1]["model"][name]), name
 
 
+def test_a_raised_cap_trains_on_a_run_stopped_at_its_cap_and_not_one_out_of_patience(corpus, tmp_path):
+    """scripts/train.sh started again with a higher --max-update: a real run that stopped at its cap
+    (3 updates, two validations without improvement) resumes and stops on its patience at update
+    5, where an uncapped run stops; started again with a higher cap still, that run (out of
+    patience now) is left untouched."""
+    train_sh = os.path.join(ROOT, "scripts", "train.sh")
+    config = os.path.join(ROOT, "configs", "demo", "transformer_L1.sh")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    save_dir = tmp_path / "run"
+
+    def train(cap):
+        args = [*STOPPING_ARGS, "--max-update", str(cap)]  # the last --max-update is the one read
+        done = subprocess.run([train_sh, config, corpus, str(save_dir), *args], capture_output=True, text=True,
+                              env=env, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stderr
+
+    train(3)
+    lines = log_since(save_dir / "train.log")
+    assert sorted(validations(lines, "valid")) == [1, 2, 3] and not any(EARLY_STOP in line for line in lines)
+    before = os.path.getsize(save_dir / "train.log")
+    train(12)
+    resumed = log_since(save_dir / "train.log", before)
+    assert sorted(validations(resumed, "valid")) == [4, 5] and any(EARLY_STOP in line for line in resumed)
+    before = os.path.getsize(save_dir / "train.log")
+    said = train(20)
+    assert os.path.getsize(save_dir / "train.log") == before and "stopped on its patience" in said
+
+
 def test_a_minimum_gain_stops_a_run_whose_validations_still_improve(corpus, tmp_path):
     """--patience-min-gain: a real fairseq-train run whose validation loss falls at every validation
     (fairseq's rule, any gain, would train it to --max-update 12) stops on its patience of 4 at

@@ -20,6 +20,7 @@ coarser interval or a shorter patience would have selected, and where it would h
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..training_state import MAX_UPDATE, ended_on_patience, finished_settings, option_value
 from .papers import Convergence, System
 
 # the validation decoding: beam 4 and scripts/decode.sh's length bounds, as the test split is decoded
@@ -46,9 +47,6 @@ def convergence_train_args(system: System, convergence: Convergence) -> List[str
 # ---------------------------------------------------------------------------------------
 # reading a run
 
-EARLY_STOP = "early stop since valid performance hasn't improved"
-
-
 def validation_bleu_curve(run_dir: str) -> List[Tuple[int, float]]:
     """[(updates, validation s-BLEU)] from a run's train.log (:func:`.tables.learning_curve`)."""
     from .tables import learning_curve
@@ -57,12 +55,17 @@ def validation_bleu_curve(run_dir: str) -> List[Tuple[int, float]]:
 
 
 def stopped_early(run_dir: str) -> bool:
-    """Whether fairseq-train stopped the run on its patience (its log says so)."""
-    path = os.path.join(run_dir, "train.log")
-    if not os.path.isfile(path):
-        return False
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return any(EARLY_STOP in line for line in handle)
+    """Whether fairseq-train stopped the run on its patience (the log of its last start says so:
+    a run stopped on a shorter patience and resumed under a longer one stopped where that says)."""
+    return ended_on_patience(os.path.join(run_dir, "train.log"))
+
+
+def run_cap(run_dir: str, system: System, convergence: Convergence) -> int:
+    """The cap a finished run trained under: its own ``--max-update`` (train.done; a run trained on
+    under a raised cap has the raised one), else the budget's."""
+    done = finished_settings(run_dir)
+    value = option_value(done, MAX_UPDATE) if done else None
+    return int(value) if value is not None else system.updates(convergence.cap)
 
 
 def first_reaching(curve: Sequence[Tuple[int, float]], level: float) -> Optional[int]:
@@ -89,7 +92,7 @@ def convergence_summary(curve: Sequence[Tuple[int, float]], cap: int, early: boo
 def run_convergence(run_dir: str, system: System, convergence: Convergence) -> Optional[dict]:
     """:func:`convergence_summary` of a finished run, with its curve."""
     curve = validation_bleu_curve(run_dir)
-    summary = convergence_summary(curve, system.updates(convergence.cap), stopped_early(run_dir))
+    summary = convergence_summary(curve, run_cap(run_dir, system, convergence), stopped_early(run_dir))
     return None if summary is None else {**summary, "curve": curve}
 
 

@@ -14,6 +14,7 @@ import time
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..data.io import DataError, atomic_write
+from ..training_state import trains_further
 from .papers import EMBEDDED, EMBEDDED_CORPORA, ROOT, SHARED_WIT3, System
 from .tables import read_json
 
@@ -145,12 +146,13 @@ EVALUATIONS = ("valid", "test", "consistency", "attention")
 FULL_EVALUATION = ("test", "consistency")
 
 
-def finished(run_dir: str, evaluate: Sequence[str], scoring_consistency: bool) -> bool:
-    """Whether a run has finished its training (train.sh's train.done) and has what ``evaluate``
-    asks of it (consistency only where the corpus has contrastive sets)."""
+def finished(run_dir: str, evaluate: Sequence[str], scoring_consistency: bool, train_args: Sequence[str] = ()) -> bool:
+    """Whether a run has finished its training (train.sh's train.done; not one that ``train_args``,
+    its fairseq-train arguments, train on: a cap raised above the one it stopped at) and has what
+    ``evaluate`` asks of it (consistency only where the corpus has contrastive sets)."""
     outputs = {"valid": ["valid.bleu.json"], "test": ["test.bleu.json"], "consistency": ["consistency.json"],
                "attention": ["attention.json", "attention.last.json"]}
-    return os.path.isfile(os.path.join(run_dir, "train.done")) and \
+    return os.path.isfile(os.path.join(run_dir, "train.done")) and not trains_further(run_dir, train_args) and \
         all(os.path.isfile(os.path.join(run_dir, output)) for step in evaluate
             if step != "consistency" or scoring_consistency for output in outputs[step])
 
@@ -336,7 +338,7 @@ def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
             pending.remove(task)
             run_dir = os.path.join(runs, system.key)
             evaluate = task.ordered()
-            if finished(run_dir, evaluate, scoring_consistency):
+            if finished(run_dir, evaluate, scoring_consistency, arguments(system)):
                 log(f"{system.key}: finished earlier (OUT/runs/{system.key}), skipped")
                 if more is not None:
                     add(more())
