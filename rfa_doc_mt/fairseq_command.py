@@ -11,7 +11,9 @@ fairseq this way, and so does ``python -m rfa_doc_mt.data.prepare`` its binariza
 scripts work as well.
 
 One addition: a ``fairseq-train`` run that finishes writes ``SAVE_DIR/train.resources.json``, the
-peak resident memory of its processes (this one and the workers it spawned) and its seconds.
+peak resident memory of its processes (this one and the workers it spawned) and its seconds; a
+run resumed from its checkpoint_last.pt (trained on under a raised ``--max-update``) adds to what
+its earlier finished starts wrote: the highest peak, the seconds summed.
 """
 
 import importlib
@@ -48,11 +50,12 @@ def main(argv=None) -> int:
         return 0 if asked else 2
     configure_logging(argv[0])
     start = time.monotonic()
+    resumed = argv[0] == "fairseq-train" and os.path.isfile(os.path.join(save_dir(argv[1:]), "checkpoint_last.pt"))
     command = importlib.import_module(COMMANDS[argv[0]])
     sys.argv = [argv[0], *argv[1:]]  # also what a worker it spawns sees
     command.cli_main()
     if argv[0] == "fairseq-train":
-        write_resources(argv[1:], time.monotonic() - start)
+        write_resources(argv[1:], time.monotonic() - start, resumed)
     return 0
 
 
@@ -66,18 +69,30 @@ def save_dir(arguments) -> str:
     return "checkpoints"
 
 
-def write_resources(arguments, seconds: float) -> None:
+def write_resources(arguments, seconds: float, resumed: bool = False) -> None:
     """SAVE_DIR/train.resources.json: peak resident memory (MB; ru_maxrss is in kB on Linux) of
-    this process and of its finished children (the workers of a multi-process run), and seconds."""
+    this process and of its finished children (the workers of a multi-process run), and seconds;
+    ``resumed`` (this start resumed from a checkpoint): combined with what the file holds."""
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     directory = save_dir(arguments)
     if not os.path.isdir(directory):
         return
     path = os.path.join(directory, "train.resources.json")
+    figures = {"peak_resident_mb": round(max(own, children), 1), "this_process_mb": round(own, 1),
+               "workers_mb": round(children, 1), "seconds": round(seconds, 1)}
+    earlier = {}
+    if resumed and os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                earlier = json.load(handle)
+        except (OSError, ValueError):  # unreadable: this start's figures alone
+            earlier = {}
+    for name in ("peak_resident_mb", "this_process_mb", "workers_mb"):
+        figures[name] = max(figures[name], earlier.get(name, 0.0))
+    figures["seconds"] = round(figures["seconds"] + earlier.get("seconds", 0.0), 1)
     with open(path + ".partial", "w", encoding="utf-8") as handle:
-        json.dump({"peak_resident_mb": round(max(own, children), 1), "this_process_mb": round(own, 1),
-                   "workers_mb": round(children, 1), "seconds": round(seconds, 1)}, handle)
+        json.dump(figures, handle)
         handle.write("\n")
     os.replace(path + ".partial", path)
 

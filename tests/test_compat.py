@@ -126,3 +126,10 @@ def test_fairseq_train_records_its_peak_memory_in_the_save_dir(tmp_path):
     assert resources["peak_resident_mb"] >= resources["this_process_mb"] > 64 and resources["seconds"] == 12.5
     write_resources(["data", "--save-dir", str(tmp_path / "missing")], 1.0)  # no folder: nothing written
     assert not (tmp_path / "missing").exists()
+    # a start resumed from a checkpoint adds to the earlier starts: the highest peak, the seconds summed
+    (tmp_path / "train.resources.json").write_text(json.dumps({**resources, "peak_resident_mb": 1e6}))
+    write_resources(["data", "--save-dir", str(tmp_path)], 2.5, resumed=True)
+    combined = json.loads((tmp_path / "train.resources.json").read_text())
+    assert combined["peak_resident_mb"] == 1e6 and combined["seconds"] == 15.0
+    write_resources(["data", "--save-dir", str(tmp_path)], 2.5)  # a fresh start: its own figures
+    assert json.loads((tmp_path / "train.resources.json").read_text())["seconds"] == 2.5
