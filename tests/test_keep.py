@@ -88,7 +88,8 @@ def test_an_older_copy_of_a_run_never_replaces_its_newer_archive(tmp_path):
     assert not keep_run(str(copy / "run-a"), keep, "run-a", data)  # the same files: not rewritten
     # a folder with no record of the archive (kept before records, or copied by hand) does not overwrite it
     os.remove(run / ".kept")
-    assert not keep_run(str(run), keep, "run-a", data, log=messages.append) and "delete it" in messages[-1]
+    assert not keep_run(str(run), keep, "run-a", data, log=messages.append)
+    assert "no record" in messages[-1] and "delete the archive" in messages[-1]
 
 
 def test_an_unfinished_run_is_neither_kept_nor_lost(tmp_path):

@@ -103,6 +103,11 @@ def keep_run(run_dir: str, keep_dir: str, key: str, data: str, log=print) -> boo
             _record(record, kept)
             return False
         synced = open(record).read().strip() if os.path.isfile(record) else None
+        if synced is None:
+            log(f"{key}: not kept: {run_dir} has no record of the archive it was restored from or kept to (a "
+                f"folder kept or restored before such records), so {path} may be newer than this copy; compare "
+                "them, and delete the archive to keep this copy instead")
+            return False
         if synced != hashlib.sha256(kept).hexdigest():
             log(f"{key}: not kept: {path} is not the archive {run_dir} was restored from or kept to (it was "
                 "kept since from another copy of the run); delete it to keep this copy instead")
