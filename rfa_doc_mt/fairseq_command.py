@@ -13,7 +13,8 @@ scripts work as well.
 One addition: a ``fairseq-train`` run that finishes writes ``SAVE_DIR/train.resources.json``, the
 peak resident memory of its processes (this one and the workers it spawned) and its seconds; a
 run resumed from its checkpoint_last.pt (trained on under a raised ``--max-update``) adds to what
-its earlier finished starts wrote: the highest peak, the seconds summed.
+its earlier finished starts wrote: the highest peak, the seconds summed. :func:`option_value` and
+:func:`without_option` read and edit such command lines as argparse reads them.
 """
 
 import importlib
@@ -23,6 +24,7 @@ import os
 import resource
 import sys
 import time
+from typing import List, Optional, Sequence
 
 COMMANDS = {"fairseq-train": "fairseq_cli.train", "fairseq-generate": "fairseq_cli.generate",
             "fairseq-validate": "fairseq_cli.validate", "fairseq-interactive": "fairseq_cli.interactive",
@@ -59,14 +61,34 @@ def main(argv=None) -> int:
     return 0
 
 
+def option_value(arguments: Sequence[str], name: str, default: Optional[str] = None) -> Optional[str]:
+    """The value of ``name`` among command-line ``arguments`` (``--name V`` or ``--name=V``; the last
+    one, as argparse reads them), or ``default``."""
+    value = default
+    for position, argument in enumerate(arguments):
+        if argument == name and position + 1 < len(arguments):
+            value = arguments[position + 1]
+        elif argument.startswith(name + "="):
+            value = argument[len(name) + 1:]
+    return value
+
+
+def without_option(arguments: Sequence[str], name: str) -> List[str]:
+    """``arguments`` without ``name`` and its value."""
+    kept, skip = [], False
+    for argument in arguments:
+        if skip:
+            skip = False
+        elif argument == name:
+            skip = True
+        elif not argument.startswith(name + "="):
+            kept.append(argument)
+    return kept
+
+
 def save_dir(arguments) -> str:
     """The --save-dir of fairseq-train arguments (fairseq's default: checkpoints)."""
-    for index, argument in enumerate(arguments):
-        if argument == "--save-dir" and index + 1 < len(arguments):
-            return arguments[index + 1]
-        if argument.startswith("--save-dir="):
-            return argument.split("=", 1)[1]
-    return "checkpoints"
+    return option_value(arguments, "--save-dir", "checkpoints")
 
 
 def write_resources(arguments, seconds: float, resumed: bool = False) -> None:

@@ -15,6 +15,8 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
+from .fairseq_command import option_value, without_option
+
 # what fairseq-train logs when it stops on its patience (also with a minimum gain:
 # rfa_doc_mt.tasks.doc_translation.should_stop_early), and the first line of every start of it
 # (its configuration)
@@ -36,31 +38,6 @@ def ended_on_patience(train_log: str) -> bool:
             elif EARLY_STOP in line:
                 last_stop = number
     return last_stop > last_start
-
-
-def option_value(arguments: Sequence[str], name: str, default: Optional[str] = None) -> Optional[str]:
-    """The value of ``name`` among command-line ``arguments`` (``--name V`` or ``--name=V``; the last
-    one, as argparse reads them), or ``default``."""
-    value = default
-    for position, argument in enumerate(arguments):
-        if argument == name and position + 1 < len(arguments):
-            value = arguments[position + 1]
-        elif argument.startswith(name + "="):
-            value = argument[len(name) + 1:]
-    return value
-
-
-def without_option(arguments: Sequence[str], name: str) -> List[str]:
-    """``arguments`` without ``name`` and its value."""
-    kept, skip = [], False
-    for argument in arguments:
-        if skip:
-            skip = False
-        elif argument == name:
-            skip = True
-        elif not argument.startswith(name + "="):
-            kept.append(argument)
-    return kept
 
 
 def finished_settings(save_dir: str) -> Optional[List[str]]:

@@ -119,6 +119,7 @@ def test_fairseq_train_records_its_peak_memory_in_the_save_dir(tmp_path):
 
     assert save_dir(["data", "--save-dir", "runs/a", "--max-update", "3"]) == "runs/a"
     assert save_dir(["data", "--save-dir=runs/b"]) == "runs/b" and save_dir(["data"]) == "checkpoints"
+    assert save_dir(["data", "--save-dir", "runs/a", "--save-dir", "runs/c"]) == "runs/c"  # the last one, as argparse
     held = bytearray(64 * 1024 * 1024)  # 64 MB resident in this process: its peak is at least that
     held[::4096] = b"x" * len(held[::4096])
     write_resources(["data", "--save-dir", str(tmp_path)], 12.5)

@@ -4,18 +4,11 @@ real fairseq-train runs under a raised cap are in test_validation_metrics.py."""
 
 import os
 
+from rfa_doc_mt.fairseq_command import option_value, without_option
 from rfa_doc_mt.reproduce.convergence import run_convergence
 from rfa_doc_mt.reproduce.papers import Convergence, System
 from rfa_doc_mt.reproduce.running import finished
-from rfa_doc_mt.training_state import (
-    EARLY_STOP,
-    STARTED,
-    ended_on_patience,
-    option_value,
-    trains_further,
-    why_finished,
-    without_option,
-)
+from rfa_doc_mt.training_state import EARLY_STOP, STARTED, ended_on_patience, trains_further, why_finished
 
 START = f"2026-01-01 00:00:00 | INFO {STARTED}'_name': None, 'common': {{}}}}"
 STOP = f"2026-01-01 00:00:00 | INFO | rfa_doc_mt.tasks.doc_translation | {EARLY_STOP} for last 5 runs"

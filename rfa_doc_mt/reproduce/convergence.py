@@ -20,7 +20,8 @@ coarser interval or a shorter patience would have selected, and where it would h
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..training_state import MAX_UPDATE, ended_on_patience, finished_settings, option_value
+from ..fairseq_command import option_value
+from ..training_state import MAX_UPDATE, ended_on_patience, finished_settings
 from .papers import Convergence, System
 
 # the validation decoding: beam 4 and scripts/decode.sh's length bounds, as the test split is decoded

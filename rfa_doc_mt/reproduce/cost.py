@@ -37,6 +37,7 @@ import time
 from typing import Dict, List
 
 from ..bench.common import random_window_step
+from ..fairseq_command import option_value, without_option
 from ..provenance import commit_info, machine_info, record_load_at_end, write_json
 from .experiments import EXPERIMENTS, systems_to_train
 from .papers import DEFAULT_SEEDS, EMBEDDED, FULL_BUDGET, ROOT
@@ -57,21 +58,9 @@ def config_arguments(config: str, root: str) -> Dict[str, List[str]]:
     return {"task": shlex.split(values[0]), "model": shlex.split(values[1])}
 
 
-def option_value(arguments: List[str], option: str, default: str) -> str:
-    return arguments[arguments.index(option) + 1] if option in arguments else default
-
-
 def model_options(arguments: List[str]) -> List[str]:
     """MODEL_ARGS without ``--arch NAME`` and ``--share-all-embeddings`` (build_model's own)."""
-    options, skip = [], False
-    for argument in arguments:
-        if skip:
-            skip = False
-        elif argument == "--arch":
-            skip = True
-        elif argument != "--share-all-embeddings":
-            options.append(argument)
-    return options
+    return [argument for argument in without_option(arguments, "--arch") if argument != "--share-all-embeddings"]
 
 
 def training_step(config: str, root: str, args, extra_model_options=()):
