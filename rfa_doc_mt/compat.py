@@ -23,7 +23,11 @@ checkpoint is a pickle: load only checkpoints you trust, as with any fairseq rel
    ``tcp://localhost`` rendezvous on a free port (or ``env://`` under ``torchrun``) and spawns
    one process per worker on this host; each then runs fairseq's own ``distributed_main``, and
    DDP gets ``device_ids=None`` for CPU modules. With CUDA (and no ``--cpu``) both are fairseq's
-   unchanged: NCCL, one process per GPU.
+   unchanged: NCCL, one process per GPU. Every CPU worker (spawned, or torchrun's) ends by
+   releasing its process group: the garbage that holds it (the trainer's DDP) is collected first,
+   then the group is destroyed (a group destroyed while a DDP still held it hung for good when the
+   DDP was freed). A spawned worker that fails or is killed ends the others with an error that
+   says how each ended, and a worker stuck after the others ended well is ended after a grace.
 
 4. DDP's buffer option: fairseq passes ``broadcast_buffers`` (default False), which torch 2.13
    deprecates (a FutureWarning in every worker) in favour of ``forward_sync_buffers``; DDP gets
@@ -44,9 +48,14 @@ checkpoint is a pickle: load only checkpoints you trust, as with any fairseq rel
 """
 
 import functools
+import gc
 import inspect
+import logging
 import os
+import signal
 import socket
+import time
+import traceback
 import types
 import warnings
 
@@ -61,6 +70,8 @@ with deferred():  # scikit-learn and scipy.stats, which fairseq imports and no r
     from fairseq.data import data_utils
     from fairseq.distributed import utils as distributed_utils
     from fairseq.models import distributed_fairseq_model
+
+logger = logging.getLogger(__name__)
 
 
 def _load_fairseq_checkpoint(*args, **kwargs):
@@ -128,25 +139,110 @@ def _call_main_on_cpu_too(cfg, main, **kwargs):
         else:
             port = training.distributed_port if training.distributed_port > 0 else _free_port()
             training.distributed_init_method = f"tcp://localhost:{port}"
-    if training.distributed_no_spawn:
-        return _fairseq_call_main(cfg, main, **kwargs)  # runs distributed_main in this process
+    if training.distributed_no_spawn:  # one worker, in this process (torchrun's, or a caller's)
+        return _distributed_main_and_tear_down(training.device_id, main, cfg, kwargs)
     # fairseq spawns one process per visible GPU; on CPU, one per worker
     kwargs["start_rank"] = training.distributed_rank
     training.distributed_rank = None  # distributed_main assigns start_rank + process index
-    torch.multiprocessing.spawn(fn=_distributed_main_and_tear_down, args=(main, cfg, kwargs),
-                                nprocs=training.distributed_world_size, join=True)
+    workers = torch.multiprocessing.start_processes(_distributed_main_and_tear_down, args=(main, cfg, kwargs),
+                                                    nprocs=training.distributed_world_size, join=False,
+                                                    start_method="spawn")
+    join_workers(workers, cfg.checkpoint.save_dir)
+
+
+# After one worker has ended well, the others have passed the same final barrier of fairseq's
+# distributed_main and have only their teardown left: one still running this long after is stuck
+# there, and is ended (its training is complete, its checkpoints saved).
+WORKER_EXIT_GRACE_SECONDS = 120
+
+
+def join_workers(workers, save_dir: str, grace: float = WORKER_EXIT_GRACE_SECONDS, poll: float = 1.0) -> None:
+    """Wait for the spawned workers (a torch.multiprocessing ProcessContext). A worker that fails or
+    is killed stops the others at once (torch's join) and raises an error that says how each ended;
+    a worker still running ``grace`` seconds after another ended well is ended with a warning."""
+    first_done = None
+    try:
+        while not workers.join(timeout=poll):
+            if first_done is None and len(workers.sentinels) < len(workers.processes):
+                first_done = time.monotonic()
+            if first_done is not None and time.monotonic() - first_done > grace:
+                stuck = [index for index, process in enumerate(workers.processes) if process.is_alive()]
+                for index in stuck:
+                    workers.processes[index].kill()
+                    workers.processes[index].join()
+                logger.warning(f"worker(s) {', '.join(map(str, stuck))} still running {grace:.0f} s after another "
+                               f"worker ended its training: ended (the training is complete)")
+                return
+    except (torch.multiprocessing.ProcessExitedException, torch.multiprocessing.ProcessRaisedException) as error:
+        endings = "; ".join(f"worker {index}: {how_it_ended(process.exitcode)}"
+                            for index, process in enumerate(workers.processes))
+        raise RuntimeError(f"distributed training stopped: worker {error.error_index} failed first, and the others "
+                           f"were ended ({endings}). The same command resumes from {save_dir}/checkpoint_last.pt, "
+                           f"if one was saved.") from error
+
+
+def how_it_ended(exitcode) -> str:
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return "ended well" if exitcode == 0 else f"exit status {exitcode}"
+
+
+# What holds a process group: torch's DDP (its reducer) and fairseq's legacy DDP (the memory model's).
+# Freed after the group is destroyed, gloo's teardown can wait for good (pytorch/pytorch#75097).
+def _process_group_holders() -> tuple:
+    from fairseq.distributed import LegacyDistributedDataParallel
+
+    return DistributedDataParallel, LegacyDistributedDataParallel
+
+
+def release_process_group() -> bool:
+    """Destroy this process's process groups once nothing holds them any more: drop fairseq's own
+    reference, collect the garbage that still holds them (a finished training's trainer and its
+    DDP), then destroy them unless a DDP module is still alive, which would free a group after it
+    was destroyed. Returns whether it destroyed them."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return False
+    # fairseq keeps the group it makes of all workers (get_global_group) for the process's life: a
+    # holder too, and a later training in this process would find it destroyed
+    if hasattr(distributed_utils.get_global_group, "_global_group"):
+        del distributed_utils.get_global_group._global_group
+    gc.collect()
+    holders = [type(thing).__name__ for thing in gc.get_objects() if isinstance(thing, _process_group_holders())]
+    if holders:
+        logger.warning(f"the process group is left to the process's exit: {', '.join(holders)} still referenced")
+        return False
+    torch.distributed.destroy_process_group()
+    return True
+
+
+def _clear_frames(error: BaseException) -> None:
+    """Drop the local variables of the frames an exception (and those it was raised from) passed
+    through: they hold the trainer and its DDP, which must be freed before the process group."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        error = error.__cause__ or error.__context__
 
 
 def _distributed_main_and_tear_down(index: int, main, cfg, kwargs):
-    """One spawned worker: fairseq's ``distributed_main``, then the process group destroyed before
-    the worker exits. Left to the interpreter's exit, gloo's threads were at times torn down while
-    still running ("terminate called without an active exception"), and a finished, saved
-    training then ended with a failed worker."""
+    """One worker: fairseq's ``distributed_main``, then its process group released, also when
+    training raised. Left to the interpreter's exit, gloo's threads were at times torn down while
+    still running ("terminate called without an active exception"), and a finished, saved training
+    ended with a failed worker; and a group destroyed while a DDP still held it hung for good when
+    the DDP was freed. So the DDP goes first (:func:`release_process_group`)."""
     try:
         distributed_utils.distributed_main(index, main, cfg, kwargs)
+    except BaseException as error:
+        _clear_frames(error)
+        raise
     finally:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+        release_process_group()
 
 
 if not getattr(distributed_utils.call_main, "trains_on_cpu_too", False):

@@ -24,12 +24,14 @@ the measured difference beside it (``pytest -s``). Outputs of different orders o
 at positions nothing reads (padding) are left out by the tests.
 """
 
+import contextlib
 import os
 import subprocess
 import sys
 
 import pytest
 import torch
+from no_hangs import NoHangs
 
 FP32_EPS = torch.finfo(torch.float32).eps  # 2**-23 = 2u
 
@@ -108,6 +110,21 @@ def build_model(arch: str, task, *options: str, seed: int = 1, **attributes):
     from rfa_doc_mt.models.build import build_model as build
 
     return build(arch, task, options, seed=seed, **attributes).eval()
+
+
+@contextlib.contextmanager
+def process_group(folder):
+    """A one-process gloo group for the test's block (file rendezvous in ``folder``). What holds it
+    (a DDP) must be freed inside the block: the group is released at its end as a worker releases
+    its own (compat.release_process_group), and a DDP still alive then fails the test instead of
+    hanging a later one when it is freed (pytorch/pytorch#75097)."""
+    from rfa_doc_mt.compat import release_process_group
+
+    torch.distributed.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        assert release_process_group(), "a DDP module still holds the process group at the end of the block"
 
 
 def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -208,6 +225,13 @@ def pytest_collection_modifyitems(config, items):
         return (0 if path in smoke_files else 1 + LONGEST_FILES.index(name) if name in LONGEST_FILES
                 else 1 + len(LONGEST_FILES))
     items.sort(key=rank)  # stable: each file's tests, and the rest of the files, as collected
+
+
+# ---- no test can hang the suite: a time limit on every test (tests/no_hangs.py) ------------------
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(NoHangs(config), "no_hangs")
 
 
 # The warm-start hook (sitecustomize.py) and server of the test session: test machinery, never

@@ -35,27 +35,49 @@ def test_ddp_gets_fairseqs_buffer_option_without_the_deprecated_argument(tmp_pat
     device ids."""
     import warnings
 
-    import torch.distributed as dist
+    from conftest import process_group
     from fairseq.models import distributed_fairseq_model
 
     from rfa_doc_mt.compat import CPUDistributedDataParallel
 
     assert distributed_fairseq_model.DistributedDataParallel is CPUDistributedDataParallel
+    with process_group(tmp_path), warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        for value in (False, True):
+            module = torch.nn.Linear(2, 2)
+            module.register_buffer("table", torch.arange(2.0))
+            # as fairseq's distributed_fairseq_model calls it for --ddp-backend pytorch_ddp
+            ddp = CPUDistributedDataParallel(module=module, device_ids=[0], output_device=0,
+                                             broadcast_buffers=value, bucket_cap_mb=25,
+                                             find_unused_parameters=False)
+            assert ddp.broadcast_buffers is value and ddp.device_ids is None
+            assert ddp(torch.ones(1, 2)).shape == (1, 2)
+            del ddp  # before the group is released
+
+
+def test_the_process_group_is_released_only_once_nothing_holds_it(tmp_path):
+    """compat.release_process_group collects what holds the group and destroys it, but leaves it
+    (and says so) while a DDP module is alive: destroyed under a DDP, the group's teardown can
+    wait for good when the DDP is freed (pytorch/pytorch#75097)."""
+    import torch.distributed as dist
+    from fairseq.distributed import utils as distributed_utils
+
+    from rfa_doc_mt.compat import CPUDistributedDataParallel, release_process_group
+
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", FutureWarning)
-            for value in (False, True):
-                module = torch.nn.Linear(2, 2)
-                module.register_buffer("table", torch.arange(2.0))
-                # as fairseq's distributed_fairseq_model calls it for --ddp-backend pytorch_ddp
-                ddp = CPUDistributedDataParallel(module=module, device_ids=[0], output_device=0,
-                                                 broadcast_buffers=value, bucket_cap_mb=25,
-                                                 find_unused_parameters=False)
-                assert ddp.broadcast_buffers is value and ddp.device_ids is None
-                assert ddp(torch.ones(1, 2)).shape == (1, 2)
+        distributed_utils.get_global_group()  # fairseq's group of all workers, which it keeps
+        ddp = CPUDistributedDataParallel(module=torch.nn.Linear(2, 2))
+        cycle = [ddp]
+        cycle.append(cycle)  # garbage only a collection frees
+        assert not release_process_group() and dist.is_initialized()  # alive: the group stays
+        del ddp, cycle
+        assert release_process_group() and not dist.is_initialized()  # collected, then destroyed
+        assert not hasattr(distributed_utils.get_global_group, "_global_group")
+        assert not release_process_group()  # nothing left to release
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            release_process_group()
 
 
 DEFERRAL_PROBE = r"""

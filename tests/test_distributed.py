@@ -13,15 +13,18 @@ global module forward hook, test-only), and the rows of every training step, (do
 sentence) for the recurrent-memory model (a spy on the task's ``train_step``, test-only).
 """
 
+import contextlib
 import hashlib
 import json
 import logging
 import math
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -70,9 +73,56 @@ def training_args(data, family, save_dir, *extra):
 
 
 def free_port():
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count):
+    """``count`` ports free now, all different (each held until all are found)."""
+    with contextlib.ExitStack() as stack:
+        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("localhost", 0))
+        return [probe.getsockname()[1] for probe in probes]
+
+
+def marked_environment(marker):
+    """This environment, cold (no warm-start server: every process of the command is its own
+    descendant) and marked, so that every process the command starts can be found by its mark."""
+    return dict(os.environ, OMP_NUM_THREADS="1", RFA_DOC_MT_WARM_START="", RFA_DOC_MT_TEST_MARK=marker)
+
+
+def marked_processes(marker):
+    """{pid: command line} of the processes started with RFA_DOC_MT_TEST_MARK=marker."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                if f"RFA_DOC_MT_TEST_MARK={marker}".encode() not in environ.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                found[int(pid)] = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+    return found
+
+
+def kill_marked(marker):
+    """Kill every process of a run (a test that failed half-way leaves none training on)."""
+    for pid in marked_processes(marker):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def wait_for(condition, timeout, what):
+    ended = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < ended, f"{what}: not within {timeout} s"
+        time.sleep(0.5)
+
+
+def logged_updates(path):
+    """The number of updates fairseq-train has logged to ``path`` so far (--log-interval 1)."""
+    return len(re.findall(r"train_inner.* num_updates=", open(path).read())) if os.path.exists(path) else 0
 
 
 # ---- what runs inside each worker ---------------------------------------------------------------
@@ -173,17 +223,21 @@ def train(argv):
     return recorder.result()
 
 
-def worker(rank, runs, port, out):
-    """One of two workers: every (name, argv) of ``runs`` in turn, results to ``out/name.rank.pt``."""
+def worker(rank, runs, ports, out):
+    """One of two workers: every (name, argv) of ``runs`` in turn, results to ``out/name.rank.pt``.
+    Each training ends by destroying its process group (compat.release_process_group), so each
+    rendezvous on a port of its own: on one port, a worker that started the next training first
+    could meet the other's store of the last one."""
     torch.set_num_threads(1)  # two workers on two cores
-    for name, argv in runs:
+    for (name, argv), port in zip(runs, ports):
         distributed = ["--distributed-world-size", "2", "--distributed-no-spawn", "--distributed-rank", str(rank),
                        "--device-id", str(rank), "--distributed-init-method", f"tcp://localhost:{port}"]
         torch.save(train(argv + distributed), os.path.join(out, f"{name}.{rank}.pt"))
+        assert not torch.distributed.is_initialized()
 
 
 def run_workers(runs, out):
-    torch.multiprocessing.spawn(worker, args=(runs, free_port(), out), nprocs=2, join=True)
+    torch.multiprocessing.spawn(worker, args=(runs, free_ports(len(runs)), out), nprocs=2, join=True)
     return {name: [torch.load(os.path.join(out, f"{name}.{rank}.pt"), weights_only=False) for rank in range(2)]
             for name, _ in runs}
 
@@ -282,17 +336,22 @@ def report(name, difference, tolerance):
 # ---- the launcher -------------------------------------------------------------------------------
 
 
+def train_script(corpus, out, *extra):
+    config = os.path.join(ROOT, "configs", "demo", "transformer_L1.sh")
+    return ["bash", os.path.join(ROOT, "scripts", "train.sh"), config, corpus, str(out),
+            "--distributed-world-size", "2", "--max-tokens", "512", *extra]
+
+
 def test_train_script_spawns_two_cpu_workers(corpus, tmp_path):
     """scripts/train.sh CONFIG DATA OUT --distributed-world-size 2: fairseq's launcher spawns two
-    gloo workers on this CPU machine (compat.py) and they train together."""
-    out = tmp_path / "run"
-    completed = subprocess.run(
-        ["bash", os.path.join(ROOT, "scripts", "train.sh"),
-         os.path.join(ROOT, "configs", "demo", "transformer_L1.sh"),
-         corpus, str(out), "--distributed-world-size", "2", "--max-update", "2", "--max-tokens", "512"],
-        capture_output=True, text=True, timeout=600)
+    gloo workers on this CPU machine (compat.py) and they train together, and every process of
+    the run has ended when the command returns."""
+    out, marker = tmp_path / "run", f"two-workers-{os.getpid()}"
+    completed = subprocess.run(train_script(corpus, out, "--max-update", "2"), capture_output=True, text=True,
+                               timeout=600, env=marked_environment(marker))
     log = (out / "train.log").read_text() if (out / "train.log").exists() else ""
     assert completed.returncode == 0, completed.stderr[-3000:] + log[-3000:]
+    assert marked_processes(marker) == {}
     assert "distributed init (rank 0)" in log and "distributed init (rank 1)" in log
     assert "`broadcast_buffers` is deprecated" not in log  # torch 2.13's FutureWarning (compat.py)
     state = torch.load(out / "checkpoint_last.pt", map_location="cpu", weights_only=False)
@@ -326,7 +385,7 @@ def test_two_machines_train_as_one_machine_with_two_workers(corpus, two_workers,
     on GPUs). They log the losses of the single-machine two-worker run of the same training
     (two_workers: ranks 0 and 1 of one machine) and end with its parameters, bit for bit."""
     family = "doc_transformer"
-    port, save_dir = free_port(), tmp_path / "run"
+    port, save_dir, marker = free_port(), tmp_path / "run", f"two-nodes-{os.getpid()}"
     fairseq_train = os.path.join(os.path.dirname(sys.executable), "fairseq-train")
     argv = training_args(corpus, family, str(save_dir), "--max-update", str(updates(family)),
                          "--distributed-world-size", "2")
@@ -335,7 +394,7 @@ def test_two_machines_train_as_one_machine_with_two_workers(corpus, two_workers,
                                "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
                                fairseq_train, *argv],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=dict(os.environ, OMP_NUM_THREADS="1"))
+                              env=marked_environment(marker))
              for rank in range(2)]
     try:
         outputs = [node.communicate(timeout=600)[0] for node in nodes]
@@ -344,6 +403,7 @@ def test_two_machines_train_as_one_machine_with_two_workers(corpus, two_workers,
             node.kill()
     for rank, (node, output) in enumerate(zip(nodes, outputs)):
         assert node.returncode == 0, f"node {rank}:\n{output[-3000:]}"
+    assert marked_processes(marker) == {}  # torchrun's workers ended with their nodes
     assert "distributed init (rank 0): env://" in outputs[0] and "distributed init (rank 1): env://" in outputs[1]
     logged = {int(update): float(loss) for loss, update in TRAIN_INNER_LOSS.findall(outputs[0])}
     expected = per_update_losses(two_workers[run_name(family)])
@@ -355,6 +415,76 @@ def test_two_machines_train_as_one_machine_with_two_workers(corpus, two_workers,
     assert state["model"].keys() == single_machine.keys()
     for name, value in state["model"].items():  # the same batches, all-reduces and steps
         assert torch.equal(value, single_machine[name]), name
+
+
+# ---- a killed worker ends the run ----------------------------------------------------------------
+# Each run below trains on (--max-update far away, no validation) until one worker is killed after
+# its third update, and must then end whole, with an error that says so, well before it could have
+# finished on its own.
+KILLED_RUN_ENDS_WITHIN = 120  # seconds after the kill; torch's join waits up to 30 s for SIGTERM
+
+
+def test_a_killed_worker_ends_a_two_worker_training_with_a_clear_error(corpus, tmp_path):
+    out, marker = tmp_path / "run", f"killed-worker-{os.getpid()}"
+    command = subprocess.Popen(train_script(corpus, out, "--max-update", "100000", "--disable-validation",
+                                            "--log-interval", "1"),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=marked_environment(marker))
+    try:
+        wait_for(lambda: logged_updates(out / "train.log") >= 3 or command.poll() is not None, 300, "three updates")
+        workers = {pid: line for pid, line in marked_processes(marker).items() if "spawn_main" in line
+                   and "resource_tracker" not in line}
+        assert len(workers) == 2, (workers, command.poll())
+        os.kill(max(workers), signal.SIGKILL)
+        killed = time.monotonic()
+        output = command.communicate(timeout=KILLED_RUN_ENDS_WITHIN)[0]
+        print(f"[distributed] ended {time.monotonic() - killed:.1f} s after the kill")
+        wait_for(lambda: marked_processes(marker) == {}, 30, "every process of the run ended")
+    finally:
+        command.kill()
+        kill_marked(marker)
+    assert command.returncode != 0
+    log = (out / "train.log").read_text()
+    assert re.search(r"distributed training stopped: worker [01] failed first, and the others were ended \(", log), \
+        output[-3000:] + log[-3000:]
+    assert re.search(r"worker [01]: killed by SIGKILL", log), log[-3000:]
+    assert "The same command resumes from" in log
+
+
+def test_a_killed_worker_ends_both_torchrun_nodes(corpus, tmp_path):
+    """The recipe for several machines, a worker of node 1 killed: node 0's worker learns it from
+    gloo ("Connection closed by peer", or "reset") and fails, and both torchrun nodes end with an error."""
+    family, port, marker = "doc_transformer", free_port(), f"killed-node-{os.getpid()}"
+    fairseq_train = os.path.join(os.path.dirname(sys.executable), "fairseq-train")
+    argv = training_args(corpus, family, str(tmp_path / "run"), "--max-update", "100000", "--disable-validation",
+                         "--distributed-world-size", "2")
+    logs = [tmp_path / f"node{rank}.log" for rank in range(2)]
+    nodes = []
+    try:
+        for rank in range(2):
+            with open(logs[rank], "w") as log:
+                nodes.append(subprocess.Popen(
+                    [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(rank),
+                     "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                     fairseq_train, *argv], stdout=log, stderr=subprocess.STDOUT, env=marked_environment(marker)))
+        wait_for(lambda: logged_updates(logs[0]) >= 3 or any(node.poll() is not None for node in nodes), 300,
+                 "three updates")
+        worker = [pid for pid, line in marked_processes(marker).items()
+                  if "fairseq-train" in line and "torch.distributed.run" not in line
+                  and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1] == str(nodes[1].pid)]
+        assert len(worker) == 1, (worker, [node.poll() for node in nodes])
+        os.kill(worker[0], signal.SIGKILL)
+        for node in nodes:
+            node.wait(timeout=KILLED_RUN_ENDS_WITHIN)
+        wait_for(lambda: marked_processes(marker) == {}, 30, "every process of the run ended")
+    finally:
+        for node in nodes:
+            node.kill()
+        kill_marked(marker)
+    outputs = [log.read_text() for log in logs]
+    assert [node.returncode != 0 for node in nodes] == [True, True], outputs[0][-3000:]
+    assert re.search("Connection (closed|reset) by peer", outputs[0]), outputs[0][-3000:]
+    assert "(SIGKILL)" in outputs[1], outputs[1][-3000:]
 
 
 # ---- two workers --------------------------------------------------------------------------------
@@ -508,21 +638,18 @@ def test_document_ordered_batches_deal_whole_documents_in_order_to_each_worker(c
 def test_memory_training_refuses_torch_ddp_with_a_message(corpus, tmp_path):
     """torch's DDP all-reduces in every backward pass; the memory model runs one per sentence
     position, a number that differs between workers: it needs --ddp-backend legacy_ddp."""
-    from conftest import build_model
+    from conftest import build_model, process_group
     from fairseq.criterions.cross_entropy import CrossEntropyCriterion
     from fairseq.distributed import ModuleProxyWrapper
 
     task = memory_task(corpus)
     model = build_model("memory_doc_transformer_tiny", task)
     sample = next(iter(task.get_batch_iterator(task.datasets["train"], max_tokens=64).next_epoch_itr()))
-    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0,
-                                         world_size=1)
-    try:
+    with process_group(tmp_path):
         wrapped = ModuleProxyWrapper(torch.nn.parallel.DistributedDataParallel(model))
         with pytest.raises(ValueError, match="--ddp-backend legacy_ddp"):
             task.train_step(sample, wrapped, CrossEntropyCriterion(task, False), None, 0)
-    finally:
-        torch.distributed.destroy_process_group()
+        del wrapped, model  # before the group is released
 
 
 # ---- compat: the launcher on CPU, untouched on GPU ----------------------------------------------
@@ -544,40 +671,50 @@ def test_compat_spawns_one_gloo_process_per_worker_without_cuda(corpus, tmp_path
 
     spawned = {}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.multiprocessing, "spawn", lambda fn, args, nprocs, join: spawned.update(
-        fn=fn, nprocs=nprocs, cfg=args[1]))
+    monkeypatch.setattr(torch.multiprocessing, "start_processes", lambda fn, args, nprocs, join, start_method: (
+        spawned.update(fn=fn, nprocs=nprocs, cfg=args[1], join=join, start_method=start_method) or "workers"))
+    monkeypatch.setattr(compat, "join_workers", lambda workers, save_dir: spawned.update(joined=(workers, save_dir)))
     for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"):
         monkeypatch.delenv(name, raising=False)
     distributed_utils.call_main(parsed_config(corpus, tmp_path), main=None)
     assert spawned["fn"] is compat._distributed_main_and_tear_down and spawned["nprocs"] == 2
+    assert (spawned["join"], spawned["start_method"], spawned["joined"]) == (False, "spawn", ("workers", str(tmp_path)))
     training = spawned["cfg"].distributed_training
     assert training.distributed_backend == "gloo"
     assert training.distributed_init_method.startswith("tcp://localhost:")
 
 
+class Held:
+    """Something a training's frames hold, as they hold its trainer and DDP."""
+
+
 @pytest.mark.parametrize("fails", [False, True])
-def test_a_spawned_worker_destroys_its_process_group_when_it_ends(monkeypatch, fails):
-    """A spawned CPU worker runs fairseq's distributed_main and then destroys its process group,
-    also when training raised (left to the interpreter's exit, gloo's teardown once killed a worker
-    whose training had finished)."""
+def test_a_worker_releases_its_process_group_when_it_ends(monkeypatch, fails):
+    """A CPU worker runs fairseq's distributed_main and then releases its process group, also when
+    training raised; by then nothing of the training is held any more, not even by the frames of
+    the exception's traceback (left to the interpreter's exit, gloo's teardown once killed a worker
+    whose training had finished; destroyed under a live DDP, it hung)."""
+    import weakref
+
     from rfa_doc_mt import compat
 
-    events = []
+    events, held = [], []
 
     def distributed_main(index, main, cfg, kwargs):
+        trainer = Held()
+        held.append(weakref.ref(trainer))
         events.append(("main", index, cfg, kwargs))
         if fails:
             raise RuntimeError("training failed")
 
     monkeypatch.setattr(compat.distributed_utils, "distributed_main", distributed_main)
-    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.distributed, "destroy_process_group", lambda: events.append(("destroyed",)))
+    monkeypatch.setattr(compat, "release_process_group", lambda: events.append(("released", held[0]() is None)))
     if fails:
         with pytest.raises(RuntimeError, match="training failed"):
             compat._distributed_main_and_tear_down(1, None, "cfg", {"start_rank": 0})
     else:
         compat._distributed_main_and_tear_down(1, None, "cfg", {"start_rank": 0})
-    assert events == [("main", 1, "cfg", {"start_rank": 0}), ("destroyed",)]
+    assert events == [("main", 1, "cfg", {"start_rank": 0}), ("released", True)]
 
 
 def test_compat_follows_torchrun_without_cuda(corpus, tmp_path, monkeypatch):
@@ -585,16 +722,18 @@ def test_compat_follows_torchrun_without_cuda(corpus, tmp_path, monkeypatch):
 
     called = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(compat, "_fairseq_call_main", lambda cfg, main, **kwargs: called.append(cfg))
+    monkeypatch.setattr(compat, "_distributed_main_and_tear_down",
+                        lambda index, main, cfg, kwargs: called.append((index, cfg)))
     monkeypatch.setenv("MASTER_ADDR", "localhost")
     monkeypatch.setenv("MASTER_PORT", "29500")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
     compat.distributed_utils.call_main(parsed_config(corpus, tmp_path), main=None)
-    training = called[0].distributed_training
-    assert (training.distributed_init_method, training.distributed_rank, training.device_id,
-            training.distributed_no_spawn, training.distributed_backend) == ("env://", 1, 1, True, "gloo")
+    index, cfg = called[0]
+    training = cfg.distributed_training
+    assert (index, training.distributed_init_method, training.distributed_rank, training.device_id,
+            training.distributed_no_spawn, training.distributed_backend) == (1, "env://", 1, 1, True, "gloo")
 
 
 def test_compat_leaves_the_gpu_launcher_to_fairseq(corpus, tmp_path, monkeypatch):
@@ -603,7 +742,9 @@ def test_compat_leaves_the_gpu_launcher_to_fairseq(corpus, tmp_path, monkeypatch
     called, spawned = [], []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(compat, "_fairseq_call_main", lambda cfg, main, **kwargs: called.append(cfg))
-    monkeypatch.setattr(torch.multiprocessing, "spawn", lambda fn, args, nprocs, join: spawned.append(args[1]))
+    monkeypatch.setattr(torch.multiprocessing, "start_processes",
+                        lambda fn, args, nprocs, join, start_method: spawned.append(args[1]))
+    monkeypatch.setattr(compat, "join_workers", lambda workers, save_dir: None)
     compat.distributed_utils.call_main(parsed_config(corpus, tmp_path), main=None)
     training = called[0].distributed_training
     assert (training.distributed_backend, training.distributed_init_method) == ("nccl", None)
@@ -611,3 +752,46 @@ def test_compat_leaves_the_gpu_launcher_to_fairseq(corpus, tmp_path, monkeypatch
     called.clear()
     compat.distributed_utils.call_main(parsed_config(corpus, tmp_path, "--cpu"), main=None)  # --cpu: CPU workers
     assert called == [] and spawned[0].distributed_training.distributed_backend == "gloo"
+
+
+# ---- multi-worker runs always end ---------------------------------------------------------------
+
+
+def ends_well_or_waits(index, waits):
+    """A spawned worker: ends well, or (``index`` in ``waits``) waits for good, as a worker stuck
+    in its teardown does."""
+    if index in waits:
+        time.sleep(3600)
+
+
+def dies_or_waits(index):
+    """A spawned worker: worker 1 is killed; worker 0 waits for it, as in a collective."""
+    if index == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(3600)
+
+
+def test_a_worker_stuck_after_the_others_ended_is_ended(caplog):
+    from rfa_doc_mt import compat
+
+    workers = torch.multiprocessing.start_processes(ends_well_or_waits, args=({1},), nprocs=2, join=False,
+                                                    start_method="spawn")
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="rfa_doc_mt.compat"):
+        compat.join_workers(workers, "SAVE_DIR", grace=2, poll=0.2)
+    assert time.monotonic() - started < 60
+    assert [process.is_alive() for process in workers.processes] == [False, False]
+    assert "worker(s) 1 still running 2 s after another worker ended its training" in caplog.text
+
+
+def test_a_killed_worker_ends_the_others_with_an_error_saying_how():
+    from rfa_doc_mt import compat
+
+    workers = torch.multiprocessing.start_processes(dies_or_waits, args=(), nprocs=2, join=False,
+                                                    start_method="spawn")
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"worker 1 failed first.*worker 0: killed by SIGTERM; "
+                                           r"worker 1: killed by SIGKILL.*SAVE_DIR/checkpoint_last.pt"):
+        compat.join_workers(workers, "SAVE_DIR", poll=0.2)
+    assert time.monotonic() - started < 60
+    assert [process.is_alive() for process in workers.processes] == [False, False]
