@@ -9,6 +9,8 @@
     python -m rfa_doc_mt.data.prepare synthetic --out DIR [--seed 1] [--{train,valid,test}-documents N]
         [--contrastive-pairs N]
     python -m rfa_doc_mt.data.prepare binarize --raw DIR --out DIR --source-lang S --target-lang T
+    python -m rfa_doc_mt.data.prepare bible --out DIR [--source-module M --source-lang S]
+        [--target-module M --target-lang T] [--sword-path DIR] [--books B1,B2] [--bpe-size 8000]
 
 Steps shared by the corpora, all written into a hidden directory beside ``--out`` that is
 renamed to ``--out`` only when every step succeeded (a failed run leaves nothing behind;
@@ -24,7 +26,8 @@ renamed to ``--out`` only when every step succeeded (a failed run leaves nothing
    truecasing, which decoding reads to undo the pre-processing (:mod:`.binarize`; read back by
    :mod:`.processing`).
 
-``consistency`` processes contrastive sets like a prepared corpus (:mod:`.contrastive_sets`).
+``consistency`` processes contrastive sets like a prepared corpus (:mod:`.contrastive_sets`);
+``bible`` reads two SWORD modules into documents first (:mod:`.bible`).
 This module holds the subcommands, the pipeline they share and the command line.
 """
 
@@ -53,7 +56,7 @@ from .io import DataError, Document, PrepareError, log, write_docs, write_lines
 from .plain_text import DOCUMENT_MARK, check_parallel_text, read_documents
 from .plain_text import FORMATS as DOCUMENT_FORMS
 from .processing import apply_sentencepiece, corpus_fingerprint, tokenize_corpus, train_sentencepiece
-from .staging import staged_output
+from .staging import check_replaceable, staged_output
 from .text import (
     FIRST_WORD_TRUECASING,
     JIEBA_LANGUAGES,
@@ -75,6 +78,10 @@ from .wit3 import (
 )
 
 DEFAULT_BPE_SIZE = 30000  # joint BPE size of Wu et al. 2022
+# The Bible's joint BPE size: provisional (some 0.7M words a side in 30k verses), to be settled by
+# experiment
+BIBLE_BPE_SIZE = 8000
+BIBLE_MODULES = {"source": ("engWEB2015eb", "en"), "target": ("spaRV1909eb", "es")}
 
 
 # ---------------------------------------------------------------------------------------
@@ -301,6 +308,62 @@ def run_opensubtitles(args, command: str) -> None:
     log(f"wrote {os.path.abspath(args.out)}")
 
 
+def run_bible(args, command: str) -> None:
+    from . import bible
+
+    source_lang, target_lang = args.source_lang, args.target_lang
+    check_language_pair(source_lang, target_lang)
+    # everything that can be wrong with the command line stops before the modules are read
+    check_replaceable(os.path.abspath(args.out), PREP_FILE, args.force)
+    library = bible.SwordLibrary(args.sword_path)
+    for module, lang, option in ((args.source_module, source_lang, "--source-lang"),
+                                 (args.target_module, target_lang, "--target-lang")):
+        bible.check_module_language(module, library.check(module), lang, option)
+    books = None
+    if args.books is not None:
+        requested = [book for book in args.books.split(",") if book.strip()]
+        if not requested:
+            raise DataError("--books is empty")
+        books = bible.resolve_books(requested, library.books(args.source_module) + library.books(args.target_module))
+    cleaned = []
+    for module in (args.source_module, args.target_module):
+        log(f"reading {module} from {', '.join(library.folders)}" + (f" ({', '.join(books)})" if books else ""))
+        cleaned.append(bible.clean_module(library.read(module, books)))
+    source, target = cleaned
+    alignment = bible.align_modules(source, target)
+    if not alignment.chapters:
+        raise DataError(f"no chapter of {args.source_module} and {args.target_module} is left to pair"
+                        + (f" among --books {args.books}" if books else ""))
+    record = bible.corpus_record(source, target, alignment, books, library.folders)
+    chosen = bible.split_chapters(alignment.chapters)
+    splits = {split: bible.chapter_documents(chapters) for split, chapters in chosen.items()}
+    record["words"] = {split: {lang: sum(len(sentence.split()) for document in side for sentence in document.sentences)
+                               for lang, side in zip((source_lang, target_lang), sides)}
+                       for split, sides in splits.items()}
+    origins = {"train": "the other chapters",
+               "valid": f"every {bible.SPLIT_PERIOD}th kept chapter from number {bible.VALID_OFFSET}",
+               "test": f"every {bible.SPLIT_PERIOD}th kept chapter from number {bible.TEST_OFFSET}"}
+    origins = {split: origins[split] for split in splits}
+
+    def report() -> None:
+        for line in bible.report_lines(record):
+            log(line)
+        print_counts("", splits, origins, "chapters")
+        for split, words in record["words"].items():
+            log(f"{split} words: " + ", ".join(f"{lang} {count}" for lang, count in words.items()))
+
+    report()
+    bpe_size = bpe_size_for(splits["train" if "train" in splits else "valid"], args.bpe_size)
+    tokenizers = {lang: default_tokenizer(lang) for lang in (source_lang, target_lang)}
+    # first-word truecasing is undone exactly, so every language with Moses rules is truecased (as `text`)
+    truecased = [lang for lang in (source_lang, target_lang) if tokenizers[lang] == "moses"]
+    prepare_parallel_corpus("bible", splits, {split: [args.source_module, args.target_module] for split in splits},
+                            args.out, source_lang, target_lang, tokenizers, bpe_size, args.workers, command,
+                            force=args.force, split_origins=origins, truecased=truecased, extra={"bible": record})
+    report()
+    log(f"wrote {os.path.abspath(args.out)}")
+
+
 def run_consistency(args, command: str) -> None:
     prep = load_prep(args.prep)
     if (args.source_lang is None) != (args.target_lang is None):
@@ -498,6 +561,29 @@ def build_parser() -> argparse.ArgumentParser:
     add_workers(synthetic)
     add_force(synthetic)
 
+    bible_parser = commands.add_parser(
+        "bible", help="two SWORD Bible modules: a chapter a document, a verse a sentence",
+        description="Two SWORD Bible modules (pysword reads them) as a document-level corpus: a chapter a document, "
+                    "a verse a sentence, verses paired by reference; markup, notes and editorial headings taken out, "
+                    "drop capitals normalized; what cannot be paired is left out and counted by reason. Whole "
+                    "chapters split into train/valid/test; then tokenized, truecased, joint sentencepiece BPE and "
+                    "binarized as `text`.")
+    bible_parser.add_argument("--out", required=True, help="output directory (binarized corpus)")
+    for side, (module, lang) in BIBLE_MODULES.items():
+        bible_parser.add_argument(f"--{side}-module", default=module,
+                                  help=f"SWORD module of the {side} side (default {module})")
+        bible_parser.add_argument(f"--{side}-lang", default=lang,
+                                  help=f"language code of the {side} module (default {lang})")
+    bible_parser.add_argument("--sword-path", help="folder holding mods.d/ and modules/ of the SWORD modules "
+                                                   "(default: /usr/share/sword, /usr/local/share/sword and ~/.sword)")
+    bible_parser.add_argument("--books", help="comma-separated books to prepare, by OSIS name (Gen, Ruth, 3John, Rev) "
+                                              "or their English name in pysword (default: every book)")
+    bible_parser.add_argument("--bpe-size", type=int, default=BIBLE_BPE_SIZE,
+                              help=f"joint BPE vocabulary size (default {BIBLE_BPE_SIZE}, provisional; lowered "
+                                   f"when the training text is small)")
+    add_workers(bible_parser)
+    add_force(bible_parser)
+
     binarize_parser = commands.add_parser("binarize", help="binarize already tokenized text (steps 3 and 4)")
     binarize_parser.add_argument("--raw", required=True, help="directory of {split}.{lang} and {split}.docs")
     binarize_parser.add_argument("--out", required=True, help="output directory (binarized corpus)")
@@ -515,6 +601,7 @@ COMMANDS = {
     "consistency": run_consistency,
     "synthetic": run_synthetic,
     "binarize": run_binarize,
+    "bible": run_bible,
 }
 
 
