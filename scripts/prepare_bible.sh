@@ -18,6 +18,8 @@ usage: $(basename "$0") --out DIR [--source-module M] [--target-module M] [optio
   --sword-path DIR                   folder holding the modules' mods.d/ and modules/ (default:
                                      /usr/share/sword, /usr/local/share/sword and ~/.sword)
   --books B1,B2,...                  only these books, by OSIS name (Gen, Ruth, 3John, Rev)
+  --held-out-every N                 a valid and a test chapter in every N kept chapters (default 40;
+                                     a few books need fewer, e.g. --books Ruth,Jonah --held-out-every 4)
   --bpe-size N                       joint BPE vocabulary size (default 8000, provisional)
   --workers N                        processes for tokenization, BPE and binarization
   --force                            replace --out even when it holds files this script did not write
@@ -27,7 +29,10 @@ sword-text-web sword-text-sparv, or CrossWire's installmgr for others. Verses th
 paired (a book in one module only, a chapter numbered differently by the two versifications,
 a verse empty on one side, ...) are left out and counted by reason, on the screen and in
 prep.json. Whole chapters go to valid and test: every 40th kept chapter from the 11th and the
-31st, in canonical order.
+31st, in canonical order. For an en -> es pair the valid and test chapters' verses give a contrastive
+set of third-person pronouns (English it/they/them, Spanish gender flipped) in DIR/consistency,
+which scripts/run_system.sh scores; other pairs get none, and the run says why (docs/data.md,
+"A contrastive pronoun test from the corpus").
 USAGE
 }
 for arg in "$@"; do

@@ -387,6 +387,10 @@ def test_the_split_takes_whole_chapters_spread_over_the_books():
     assert len(splits["train"]) == 95
     assert split_chapters(chapters) == splits  # deterministic
     assert set(split_chapters(chapters[:10])) == {"train"}  # too few chapters: no valid, no test
+    few = split_chapters(chapters[:8], period=4)  # --held-out-every 4: chapters 1 and 5 valid, 3 and 7 test
+    assert few["valid"] == [chapters[1], chapters[5]] and few["test"] == [chapters[3], chapters[7]]
+    with pytest.raises(DataError, match="--held-out-every must be at least 4"):
+        split_chapters(chapters, period=3)
 
 
 def test_books_are_named_by_osis_or_pysword_names():

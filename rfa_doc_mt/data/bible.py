@@ -23,7 +23,7 @@ tests can feed invented verses; :class:`SwordLibrary` is the thin layer over pys
    count differs between the two versifications is left out whole, never paired verse by verse,
    and so is one whose verse lengths say that the two texts divide it differently.
 5. **Split** (:func:`split_chapters`): whole chapters; every :data:`SPLIT_PERIOD`-th kept
-   chapter in canonical order goes to valid, another to test.
+   chapter in canonical order goes to valid, another to test (``--held-out-every``).
 """
 
 import functools
@@ -691,20 +691,32 @@ def align_modules(source: CleanModule, target: CleanModule) -> Alignment:
 # ---------------------------------------------------------------------------------------
 # The split
 
-SPLIT_PERIOD = 40
-VALID_OFFSET = 10
-TEST_OFFSET = 30
-SPLIT_RULE = (f"whole chapters: the kept chapters numbered from 0 in canonical order; number % {SPLIT_PERIOD} == "
-              f"{VALID_OFFSET} -> valid, number % {SPLIT_PERIOD} == {TEST_OFFSET} -> test, every other -> train")
+SPLIT_PERIOD = 40  # --held-out-every: a valid and a test chapter in every 40 (2.5% each)
 
 
-def split_chapters(chapters: Sequence[Tuple]) -> Dict[str, List[Tuple]]:
-    """The kept chapters by split (:data:`SPLIT_RULE`): every 40th chapter, spread over the books
-    and their genres, whole, so that no window of sentences crosses two splits."""
+def split_offsets(period: int = SPLIT_PERIOD) -> Tuple[int, int]:
+    """Where in each ``period`` chapters the valid and the test chapter lie: a quarter and three
+    quarters of the way (10 and 30 of 40), so that the two are spread apart."""
+    return period // 4, 3 * period // 4
+
+
+def split_rule(period: int = SPLIT_PERIOD) -> str:
+    valid, test = split_offsets(period)
+    return (f"whole chapters: the kept chapters numbered from 0 in canonical order; number % {period} == {valid} -> "
+            f"valid, number % {period} == {test} -> test, every other -> train")
+
+
+def split_chapters(chapters: Sequence[Tuple], period: int = SPLIT_PERIOD) -> Dict[str, List[Tuple]]:
+    """The kept chapters by split (:func:`split_rule`): every ``period``-th chapter, spread over the
+    books and their genres, whole, so that no window of sentences crosses two splits."""
+    if period < 4:
+        raise DataError(f"--held-out-every must be at least 4 (a valid and a test chapter among train chapters), "
+                        f"got {period}")
+    valid, test = split_offsets(period)
     splits: Dict[str, List[Tuple]] = {"train": [], "valid": [], "test": []}
     for number, chapter in enumerate(chapters):
-        position = number % SPLIT_PERIOD
-        splits["valid" if position == VALID_OFFSET else "test" if position == TEST_OFFSET else "train"].append(chapter)
+        position = number % period
+        splits["valid" if position == valid else "test" if position == test else "train"].append(chapter)
     return {split: chosen for split, chosen in splits.items() if chosen}
 
 
@@ -859,7 +871,7 @@ def _module_record(module: CleanModule, verses_with_text: int) -> dict:
 
 
 def corpus_record(source: CleanModule, target: CleanModule, alignment: Alignment,
-                  books: Optional[Sequence[str]], sword_path: Sequence[str]) -> dict:
+                  books: Optional[Sequence[str]], sword_path: Sequence[str], period: int = SPLIT_PERIOD) -> dict:
     """What prep.json records about a Bible corpus (``bible``)."""
     left_out = {}
     for reason in REASONS:
@@ -880,7 +892,7 @@ def corpus_record(source: CleanModule, target: CleanModule, alignment: Alignment
         "left_out": left_out,
         "verses_empty_in_both": alignment.empty_in_both,
         "length_check": alignment.length_model,
-        "split_rule": SPLIT_RULE,
+        "split_rule": split_rule(period),
     }
 
 

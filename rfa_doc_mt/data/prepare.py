@@ -27,7 +27,8 @@ renamed to ``--out`` only when every step succeeded (a failed run leaves nothing
    :mod:`.processing`).
 
 ``consistency`` processes contrastive sets like a prepared corpus (:mod:`.contrastive_sets`);
-``bible`` reads two SWORD modules into documents first (:mod:`.bible`).
+``bible`` reads two SWORD modules into documents first (:mod:`.bible`) and, for en-es, writes a
+contrastive pronoun set from its test chapters into ``consistency/`` (:mod:`.bible_pronouns`).
 This module holds the subcommands, the pipeline they share and the command line.
 """
 
@@ -37,8 +38,9 @@ import os
 import shlex
 import shutil
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from .bible import SPLIT_PERIOD as BIBLE_SPLIT_PERIOD
 from .binarize import (
     PREP_FILE,
     PREP_FORMAT,
@@ -103,10 +105,13 @@ def prepare_parallel_corpus(corpus: str, splits: Dict[str, Tuple[List[TextDocume
                             split_files: Dict[str, List[str]], out: str, source_lang: str, target_lang: str,
                             tokenizers: Dict[str, str], bpe_size: int, workers: int, command: str,
                             force: bool = False, split_origins: Optional[Dict[str, str]] = None,
-                            truecased: Optional[Sequence[str]] = None, extra: Optional[dict] = None) -> dict:
+                            truecased: Optional[Sequence[str]] = None, extra: Optional[dict] = None,
+                            finish: Optional[Callable[[str, dict], None]] = None) -> dict:
     """Steps 1-4 for documents already read and checked; returns prep.json's content.
     ``split_origins``: what each split holds, in words (recorded in prep.json); ``truecased``:
-    the languages to truecase (default: :func:`uses_truecasing`); ``extra``: more prep.json fields."""
+    the languages to truecase (default: :func:`uses_truecasing`); ``extra``: more prep.json fields;
+    ``finish``: called with the staged corpus and prep.json's content once both are written (a
+    corpus's own contrastive sets, processed like it), still inside the stage."""
     if bpe_size < 1:
         raise DataError(f"--bpe-size must be positive, got {bpe_size}")
     learn_split = "train" if "train" in splits else "valid"
@@ -167,6 +172,8 @@ def prepare_parallel_corpus(corpus: str, splits: Dict[str, Tuple[List[TextDocume
             **(extra or {}),
         }
         write_prep(stage, prep)
+        if finish is not None:
+            finish(stage, prep)
     return prep
 
 
@@ -309,7 +316,7 @@ def run_opensubtitles(args, command: str) -> None:
 
 
 def run_bible(args, command: str) -> None:
-    from . import bible
+    from . import bible, bible_pronouns
 
     source_lang, target_lang = args.source_lang, args.target_lang
     check_language_pair(source_lang, target_lang)
@@ -334,23 +341,46 @@ def run_bible(args, command: str) -> None:
     if not alignment.chapters:
         raise DataError(f"no chapter of {args.source_module} and {args.target_module} is left to pair"
                         + (f" among --books {args.books}" if books else ""))
-    record = bible.corpus_record(source, target, alignment, books, library.folders)
-    chosen = bible.split_chapters(alignment.chapters)
+    record = bible.corpus_record(source, target, alignment, books, library.folders, args.held_out_every)
+    chosen = bible.split_chapters(alignment.chapters, args.held_out_every)
     splits = {split: bible.chapter_documents(chapters) for split, chapters in chosen.items()}
     record["words"] = {split: {lang: sum(len(sentence.split()) for document in side for sentence in document.sentences)
                                for lang, side in zip((source_lang, target_lang), sides)}
                        for split, sides in splits.items()}
+    valid_offset, test_offset = bible.split_offsets(args.held_out_every)
     origins = {"train": "the other chapters",
-               "valid": f"every {bible.SPLIT_PERIOD}th kept chapter from number {bible.VALID_OFFSET}",
-               "test": f"every {bible.SPLIT_PERIOD}th kept chapter from number {bible.TEST_OFFSET}"}
+               "valid": f"every {args.held_out_every}th kept chapter from number {valid_offset}",
+               "test": f"every {args.held_out_every}th kept chapter from number {test_offset}"}
     origins = {split: origins[split] for split in splits}
 
+    # the contrastive pronoun set, from the held-out chapters' verses (valid and test: no model trains on
+    # them; the test chapters alone gave 65 examples) as they are before any processing
+    pronoun_sets = None
+    skipped = bible_pronouns.skip_reason(source_lang, target_lang, chosen)
+    if skipped is None:
+        lexicon = bible_pronouns.SpanishLexicon(verse for chapters in chosen.values()
+                                                for _, _, target_verses, _ in chapters for verse in target_verses)
+        pronoun_sets = bible_pronouns.build_pronoun_sets(chosen.get("valid", []) + chosen["test"], lexicon)
+        record["pronoun_sets"] = pronoun_sets.record()
+        if not any(pronoun_sets.examples.values()):
+            skipped = "no test verse passes the rules"
+    if skipped is not None:
+        record["pronoun_sets"] = dict(record.get("pronoun_sets", {}), skipped=skipped)
+
     def report() -> None:
-        for line in bible.report_lines(record):
+        for line in bible.report_lines(record) + bible_pronouns.report_lines(record["pronoun_sets"]):
             log(line)
         print_counts("", splits, origins, "chapters")
         for split, words in record["words"].items():
             log(f"{split} words: " + ", ".join(f"{lang} {count}" for lang, count in words.items()))
+
+    def write_pronoun_sets(stage: str, prep: dict) -> None:
+        if skipped is not None:
+            return
+        paths = bible_pronouns.write_pronoun_sets(pronoun_sets, os.path.join(stage, "raw", "consistency"))
+        os.makedirs(os.path.join(stage, "consistency"))
+        write_consistency_sets(paths, stage, prep, os.path.join(stage, "consistency"), relative_paths=True,
+                               languages=(source_lang, target_lang))
 
     report()
     bpe_size = bpe_size_for(splits["train" if "train" in splits else "valid"], args.bpe_size)
@@ -359,7 +389,8 @@ def run_bible(args, command: str) -> None:
     truecased = [lang for lang in (source_lang, target_lang) if tokenizers[lang] == "moses"]
     prepare_parallel_corpus("bible", splits, {split: [args.source_module, args.target_module] for split in splits},
                             args.out, source_lang, target_lang, tokenizers, bpe_size, args.workers, command,
-                            force=args.force, split_origins=origins, truecased=truecased, extra={"bible": record})
+                            force=args.force, split_origins=origins, truecased=truecased, extra={"bible": record},
+                            finish=write_pronoun_sets)
     report()
     log(f"wrote {os.path.abspath(args.out)}")
 
@@ -578,6 +609,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "(default: /usr/share/sword, /usr/local/share/sword and ~/.sword)")
     bible_parser.add_argument("--books", help="comma-separated books to prepare, by OSIS name (Gen, Ruth, 3John, Rev) "
                                               "or their English name in pysword (default: every book)")
+    bible_parser.add_argument("--held-out-every", type=int, default=BIBLE_SPLIT_PERIOD, metavar="N",
+                              help="a valid and a test chapter in every N kept chapters, whole (default %(default)s: "
+                                   "2.5%% each; a few books need fewer, e.g. 4)")
     bible_parser.add_argument("--bpe-size", type=int, default=BIBLE_BPE_SIZE,
                               help=f"joint BPE vocabulary size (default {BIBLE_BPE_SIZE}, provisional; lowered "
                                    f"when the training text is small)")

@@ -17,10 +17,11 @@ from .contrastive_sets import CONSISTENCY_MANIFEST, read_manifest
 from .io import DataError, PrepareError
 from .text import load_prep
 
-# What a corpus directory written by this script holds (consistency/ only for the synthetic
-# corpus, which writes its own sets): anything else there was put there by someone else.
+# What a corpus directory written by this script holds (and, for the corpora that write their
+# own contrastive sets, those folders): anything else there was put there by someone else.
 CORPUS_OUTPUTS = ("prep.json", "preprocess.log", "dict.*.txt", "*.bin", "*.idx", "*.docs", "*.ref.*", "raw", "bpe",
                   "spm.model", "spm.vocab", "truecase.*.model")
+CORPUS_SETS = {"synthetic": ("consistency", "valid_consistency"), "bible": ("consistency",)}
 
 
 def earlier_outputs(out: str, marker: str) -> List[str]:
@@ -31,8 +32,7 @@ def earlier_outputs(out: str, marker: str) -> List[str]:
         return [entry for entry in entries if entry == marker or entry in sets]
     patterns = CORPUS_OUTPUTS
     with contextlib.suppress(DataError):
-        if load_prep(out).get("corpus") == "synthetic":
-            patterns += ("consistency", "valid_consistency")
+        patterns += CORPUS_SETS.get(load_prep(out).get("corpus"), ())
     return [entry for entry in entries if any(fnmatch.fnmatchcase(entry, pattern) for pattern in patterns)]
 
 

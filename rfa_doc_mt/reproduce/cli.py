@@ -16,6 +16,7 @@ from .convergence import capped_runs_note, run_convergence, stopping_rules_note
 from .experiments import EXPERIMENTS, budget_note, embedded_train_args, print_list, systems_to_train
 from .keep import keep_run, kept_runs, restore_runs
 from .papers import (
+    BIBLE,
     CONTEXT_LENGTH_BUDGET,
     DEFAULT_CONVERGENCE,
     DEFAULT_SEEDS,
@@ -86,6 +87,9 @@ def write_outputs(experiment: Experiment, out: str, corpus: str, context: Contex
                         "data: compare trends, not values)")
     elif corpus == EMBEDDED:
         corpus_label = "the embedded synthetic corpus (not the paper's data: compare trends, not values)"
+    elif corpus == BIBLE:
+        corpus_label = ("the Bible, English to Spanish (real text: the World English Bible and Reina-Valera 1909, a "
+                        "chapter a document; docs/data.md)")
     else:
         corpus_label = f"corpus {corpus}"
     machine = machine_info("cpu")
@@ -297,7 +301,7 @@ def main(argv=None) -> int:
     if args.row_seeds:
         if any(e.searches for e in experiments):
             parser.error("--row-seeds: Table 1's seeds are its search's (--seeds)")
-        known = {row_id for e in experiments for row_id, _ in e.rows(EMBEDDED, converged=True)}
+        known = {row_id for e in experiments for row_id, _ in e.rows(args.corpus, converged=True)}
         unknown = sorted(set(args.row_seeds) - known)
         if unknown:
             parser.error(f"--row-seeds: no row {', '.join(unknown)} in {args.experiment} at convergence (the rows: "
@@ -308,8 +312,11 @@ def main(argv=None) -> int:
         parser.error(f"--corpus {args.corpus} needs --data DIR (a corpus prepared by scripts/prepare_*.sh)")
     if args.corpus == EMBEDDED and args.data:
         parser.error("--data goes with a real --corpus; the embedded corpus is generated into OUT/data")
-    if args.converge and args.corpus != EMBEDDED:
+    if args.converge and args.corpus != EMBEDDED and not all(args.corpus in e.converges_on for e in experiments):
         parser.error("--converge goes with the embedded corpus (the paper configs stop early on their own)")
+    if args.corpus != EMBEDDED and any(args.corpus in e.converges_on for e in experiments) and not args.converge:
+        parser.error(f"{args.experiment} trains every run on --corpus {args.corpus} until it stops improving: "
+                     "give --converge")
     out = os.path.abspath(args.out)
     if args.status:
         plan = []
@@ -386,13 +393,19 @@ def run_experiments(args, experiments: List[Experiment], out: str, data_name: st
     # widest windows, LSH before the others), so that two runs at a time end together
     waited_for = {system.starts_from for system in systems if system.starts_from}
 
+    # an experiment's own order (Experiment.train_order): what matters most trains first
+    ordered = {system.key: order for experiment, rows in plan for row_id, system in rows
+               for order in [experiment.train_priority(row_id)] if order is not None}
+
     def priority(system: System) -> tuple:
+        if system.key in ordered:
+            return (1, *ordered[system.key])
         first = system.key in waited_for or (search is not None and search.unlocks(system))
         return (0 if first else 2 if system.starts_from else 1, -config_context_size(system.config),
                 "lsh" not in system.key)
 
     def train_args(system: System) -> List[str]:
-        if args.corpus != EMBEDDED:
+        if args.corpus != EMBEDDED and not args.converge:
             budget = []
         elif args.convergence is not None:  # a smoke run: its batches, the smoke convergence budget
             budget = embedded_train_args(system, args.budget, convergence=args.convergence)

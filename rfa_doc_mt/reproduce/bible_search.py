@@ -1,0 +1,159 @@
+"""The search behind configs/bible/: the BPE size, then the model size and learning rate, chosen on
+validation s-BLEU of the transformer at L = 1 (the cheapest system) on the Bible en-es.
+
+    python -m rfa_doc_mt.reproduce.bible_search --corpora DIR --out DIR [--jobs 2]
+
+``--corpora`` holds the corpus prepared at each BPE size, ``en-es-bpe{4,8,16,27}k``
+(``scripts/prepare_bible.sh --bpe-size N``; 27k is what ``prepare_text.sh``'s rule, a piece per
+50 words, gives this text). Every setting trains ``UPDATES`` updates from the same seed, validated
+every ``INTERVAL`` on s-BLEU as the convergence budget validates (beam 4); its score is its best
+validation. Stage 1 compares the BPE sizes at the configs' model (3+3 layers of width 128, peak
+learning rate 2e-3); stage 2, at the chosen BPE size, other learning rates and a model twice as
+wide. A setting is chosen among those whose converged runs fit the experiment's budget
+(``FITS_BUDGET``). Re-running resumes (scripts/train.sh resumes each run); the table is printed
+and written to OUT/search.md and OUT/search.json.
+"""
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+from ..data.io import DataError, atomic_write
+from ..provenance import commit_info, machine_info, write_json
+from .convergence import NO_EPOCH_END, VALIDATION_DECODING
+from .papers import ROOT
+from .running import log
+from .tables import fmt, learning_curve, markdown
+
+UPDATES = 3000
+INTERVAL = 500
+CONFIG = "configs/bible/transformer_L1.sh"
+WIDE = ("--encoder-embed-dim", "256", "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
+        "--decoder-ffn-embed-dim", "1024")
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    bpe: str  # the corpus folder under --corpora
+    overrides: Tuple[str, ...] = ()
+    # whether a converged run of every system of the experiment at this size fits its budget
+    # (docs/reproduction.md: a training update of the width-256 model takes 1.8 times as long)
+    fits_budget: bool = True
+
+
+BPE_SIZES = ("bpe4k", "bpe8k", "bpe16k", "bpe27k")
+
+
+def stage1() -> List[Setting]:
+    return [Setting(bpe, bpe) for bpe in BPE_SIZES]
+
+
+def stage2(bpe: str) -> List[Setting]:
+    return [Setting(f"{bpe}-lr1e-3", bpe, ("--lr", "1e-3")), Setting(f"{bpe}-lr3e-3", bpe, ("--lr", "3e-3")),
+            Setting(f"{bpe}-w256-lr1e-3", bpe, (*WIDE, "--lr", "1e-3"), fits_budget=False)]
+
+
+def train_args(setting: Setting) -> List[str]:
+    never = str(NO_EPOCH_END)
+    return ["--max-update", str(UPDATES), "--validate-interval-updates", str(INTERVAL),
+            "--save-interval-updates", str(INTERVAL), "--keep-interval-updates", "1", "--validate-interval", never,
+            "--save-interval", never, "--eval-bleu", "--eval-bleu-args", VALIDATION_DECODING,
+            "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric", *setting.overrides]
+
+
+def corpus_of(corpora: str, setting: Setting) -> str:
+    return os.path.join(corpora, f"en-es-{setting.bpe}")
+
+
+def train(settings: Sequence[Setting], corpora: str, out: str, jobs: int) -> None:
+    """Each setting's run (scripts/train.sh: a finished one is left as it is), ``jobs`` at a time."""
+    waiting, running, failed = list(settings), {}, []
+    while waiting or running:
+        for name, (process, handle) in list(running.items()):
+            if process.poll() is not None:
+                handle.close()
+                del running[name]
+                (failed.append(name) if process.returncode else log(f"finished {name}"))
+        while waiting and len(running) < jobs:
+            setting = waiting.pop(0)
+            command = ["bash", os.path.join(ROOT, "scripts", "train.sh"), os.path.join(ROOT, CONFIG),
+                       corpus_of(corpora, setting), os.path.join(out, setting.name), *train_args(setting)]
+            handle = open(os.path.join(out, f"{setting.name}.log"), "a", encoding="utf-8")
+            running[setting.name] = (subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT,
+                                                      env=dict(os.environ, OMP_NUM_THREADS="1")), handle)
+            log(f"started {setting.name} (progress: tail -f {out}/{setting.name}/train.log)")
+        time.sleep(1.0)
+    if failed:
+        raise DataError(f"search runs failed: {', '.join(failed)} (their logs: {out}/NAME.log)")
+
+
+def score(out: str, setting: Setting) -> Optional[Tuple[float, int]]:
+    """The best validation s-BLEU of a setting's run and its update (of equal scores, the later)."""
+    curve = learning_curve(os.path.join(out, setting.name), "bleu")
+    return max(((bleu, updates) for updates, bleu in curve), default=None)
+
+
+def chosen(out: str, settings: Sequence[Setting]) -> Setting:
+    scored = [(score(out, setting), setting) for setting in settings if setting.fits_budget]
+    missing = [setting.name for result, setting in scored if result is None]
+    if missing:
+        raise DataError(f"no validation score for {', '.join(missing)} (see {out}/NAME/train.log)")
+    return max(scored, key=lambda pair: pair[0][0])[1]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpora", required=True, help="folder of the corpora en-es-bpe{4,8,16,27}k")
+    parser.add_argument("--out", required=True, help="folder of the runs and the table")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (each on one thread)")
+    args = parser.parse_args(argv)
+    missing = [corpus_of(args.corpora, s) for s in stage1() if not os.path.isfile(os.path.join(
+        corpus_of(args.corpora, s), "prep.json"))]
+    if missing:
+        parser.error(f"no prepared corpus at {', '.join(missing)} (scripts/prepare_bible.sh --bpe-size N --out ...)")
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    start = time.monotonic()
+    first = stage1()
+    train(first, args.corpora, out, args.jobs)
+    bpe = chosen(out, first).bpe
+    second = stage2(bpe)
+    train(second, args.corpora, out, args.jobs)
+    settings = first + second
+    best = chosen(out, [setting for setting in settings if setting.bpe == bpe])
+    rows, entries = [], []
+    for setting in settings:
+        result = score(out, setting)
+        curve = learning_curve(os.path.join(out, setting.name), "bleu")
+        rows.append([setting.name, " ".join(setting.overrides) or "—", fmt(result[0]) if result else "—",
+                     str(result[1]) if result else "—", " ".join(fmt(bleu) for _, bleu in curve),
+                     "yes" if setting.fits_budget else "no", "**chosen**" if setting == best else ""])
+        entries.append({"setting": setting.name, "bpe": setting.bpe, "overrides": list(setting.overrides),
+                        "best_valid_s_bleu": result[0] if result else None, "at": result[1] if result else None,
+                        "curve": curve, "fits_budget": setting.fits_budget, "chosen": setting == best})
+    table = markdown(["setting", "overrides of " + CONFIG, "best validation s-BLEU", "at update",
+                      f"validation s-BLEU every {INTERVAL}", "fits the budget", "chosen"], rows, right_from=2)
+    command = "python -m rfa_doc_mt.reproduce.bible_search " + shlex.join(sys.argv[1:] if argv is None else argv)
+    machine, commit = machine_info("cpu"), commit_info()
+    text = (f"{table}\n\nEvery run: {CONFIG} with the overrides, seed 1, {UPDATES} updates, validated every "
+            f"{INTERVAL} (beam 4), one thread, {args.jobs} runs at a time. Command: `{command}`; machine: "
+            f"{machine['cpu']}, {machine['cpu_count']} cores; commit {(commit['commit'] or '?')[:7]}"
+            f"{' (with changes)' if commit['dirty'] else ''}.\n")
+    with atomic_write(os.path.join(out, "search.md")) as handle:
+        handle.write(text)
+    write_json({"command": command, "machine": machine, "commit": commit, "settings": entries},
+               os.path.join(out, "search.json"))
+    print(text)
+    log(f"done in {time.monotonic() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
