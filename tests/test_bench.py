@@ -299,3 +299,30 @@ def test_rfa_variants_are_named_and_tabled_beside_the_transformer():
     table = decode_table({"summary": [summary], "settings": {"dtype": "fp32", "beam": 4},
                           "machine": {"cpu": "CPU"}, "commit": {"commit": "abcdef0"}})
     assert "| fp32: rfa-local tokens/s | 20 |" in table and "| fp32: rfa-local / transformer | 2.00 |" in table
+
+
+def test_the_remedy_decodes_on_the_fused_path_beside_the_ceiling():
+    """The variants (scripts/bench_gpu.sh's remedy, 2 cross heads local) decode on the fused path
+    where RFA's paths include it, and are tabled against the ceiling too, and per decoder step."""
+    from rfa_doc_mt.bench.decode_speed import CEILING, FUSED, variant_path
+    from rfa_doc_mt.bench.speed_table import decode_table, step_table
+
+    assert variant_path(["eager", "fused"]) == variant_path(["fused"]) == "fused"
+    assert variant_path(["eager"]) == "eager"
+    speeds = {"transformer": 10.0, FUSED: 12.0, CEILING: 40.0, "rfa-crosslocal2": 11.0}
+    summary = {"window_size": 4, "batch_size": 8, "tokens_per_second": speeds,
+               "over_transformer": {"rfa-crosslocal2": 1.1}, "over_ceiling": {"rfa-crosslocal2": 0.275}}
+    settings = {"dtype": "fp16", "beam": 4, "rfa_variant_decoding": "fused", "split": "test",
+                "batches_per_window_size": 1}
+    table = decode_table({"summary": [summary], "settings": settings, "machine": {"gpu": "GPU"},
+                          "commit": {"commit": "abcdef0"}})
+    assert "| fp16: rfa-crosslocal2 (fused) tokens/s | 11 |" in table
+    assert "| fp16: rfa-crosslocal2 (fused) / transformer | 1.10 |" in table
+    assert "| fp16: rfa-crosslocal2 (fused) / ceiling | 0.28 |" in table
+    runs = [{"window_size": 4, "batch_size": 8, "batch": 0, "model": model, "tokens": 300, "steps": 50,
+             "forward_seconds": seconds} for model, seconds in
+            (("transformer", 0.5), (FUSED, 0.9), (CEILING, 0.1), ("rfa-crosslocal2", 1.1))]
+    table = step_table({"settings": settings, "machine": {"gpu": "GPU"}, "summary": [summary], "runs": runs})
+    assert "| rfa-crosslocal2 ms per step | 22.0 |" in table
+    # (1.1 - 0.1) s / 50 steps / 8 windows = 2500 µs
+    assert "| rfa-crosslocal2 beyond the ceiling, µs per step per window of the batch | 2500 |" in table

@@ -2,7 +2,9 @@
 what the formulas and the eager step compute: the causal step from an empty prefix, through gates
 (one per head or one per feature), key weights, beam reorders and a shrinking batch, continuing a
 prefix the eager step kept as keys; the cross attention's read of its source summary; bf16/fp16
-inputs; the modules and a trained model's beam search.
+inputs; the modules and a trained model's beam search; the local softmax heads' kernels (causal and
+cross), module by module against the eager step and through beam search with a tiny model with
+local heads trained here on the synthetic corpus.
 
 Without a CUDA device the kernels run on CPU tensors in Triton's interpreter, which Triton chooses
 when it is imported with ``TRITON_INTERPRET=1`` (and checks again when it imports parts of itself
@@ -20,7 +22,7 @@ import sys
 
 import pytest
 import torch
-from conftest import assert_fp32_close, fp32_tolerance, low_precision_tolerance, transformer_terms
+from conftest import assert_fp32_close, build_model, fp32_tolerance, low_precision_tolerance, transformer_terms
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # on a CPU: Triton's interpreter, for the import of Triton and the kernels' definitions here, and
@@ -47,15 +49,19 @@ finally:
     _set_environment(_previous)
 
 from fairseq import checkpoint_utils, search  # noqa: E402
+from fairseq.data import Dictionary  # noqa: E402
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 
 import rfa_doc_mt  # noqa: E402, F401  (registers the task and models)
+from rfa_doc_mt.data.synthetic import generate_documents, translate_document  # noqa: E402
+from rfa_doc_mt.models.build import dictionary_task  # noqa: E402
 from rfa_doc_mt.modules.random_feature_attention import (  # noqa: E402
     RandomFeatureCausalAttention,
     RandomFeatureCrossAttention,
     causal_decoding_step,
     orthogonal_random_matrices,
 )
+from rfa_doc_mt.modules.random_feature_attention import fused as fused_module  # noqa: E402
 from rfa_doc_mt.modules.random_feature_attention.features import (  # noqa: E402
     MIN_TAU,
     UNIT_NORM_FLOOR,
@@ -69,7 +75,7 @@ from rfa_doc_mt.modules.random_feature_attention.fused import (  # noqa: E402
 )
 from rfa_doc_mt.modules.random_feature_attention.layers import set_decoding_path  # noqa: E402
 from rfa_doc_mt.modules.random_feature_attention.state import NORMALISER_FLOOR, column_major_state  # noqa: E402
-from rfa_doc_mt.modules.sentences import sentence_starts  # noqa: E402
+from rfa_doc_mt.modules.sentences import sentence_ids, sentence_starts  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread", "interpreter_mode")
 
@@ -454,6 +460,177 @@ def test_fused_modules_decode_as_the_eager_ones_through_beam_reorders(gate):
         assert_fp32_close(fused, eager, terms, name=f"{gate} step {t} fused vs eager")
 
 
+# ---------------------------------------------------------------------------------------
+# local softmax heads (local.py) on the fused path
+
+# 4 heads of 8, the first 2 local (softmax over the current sentence), the other 2 RFA
+LOCAL_EMBED, LOCAL_HEADS, LOCAL = 32, 4, 2
+# roundings of a local head's output besides its sums: the scale, the exponential, the subtraction
+# of the running maximum and the division
+SOFTMAX_ROUNDINGS = 4
+
+
+def local_modules():
+    """A causal (RFA-sgate) and a cross attention of 4 heads of 8, 2 of them local, their output projections
+    the identity, so that each head's output is compared with its own bound."""
+    torch.manual_seed(3)
+    causal = RandomFeatureCausalAttention(LOCAL_EMBED, LOCAL_HEADS, PROJECTIONS, seed=11, gate="sgate",
+                                          local_heads=LOCAL).eval()
+    torch.manual_seed(0)
+    cross = RandomFeatureCrossAttention(LOCAL_EMBED, LOCAL_HEADS, PROJECTIONS, seed=3, kdim=12,
+                                        local_heads=LOCAL).eval()
+    for module in (causal, cross):
+        with torch.no_grad():
+            module.out_proj.weight.copy_(torch.eye(LOCAL_EMBED))
+            module.out_proj.bias.zero_()
+    return causal, cross
+
+
+def local_softmax_terms(head_dim, keys, block):
+    """Roundings along a local head's output (the eager and fused forms, each within them of the
+    exact value): the score's dot product (head_dim), the softmax's sum and the weighted sum of the
+    values (``keys`` each), the online softmax's rescaling of both sums once per block of keys, and
+    :data:`SOFTMAX_ROUNDINGS`. The projections are one computation shared by both paths."""
+    return head_dim + 2 * keys + 2 * math.ceil(keys / block) + SOFTMAX_ROUNDINGS
+
+
+def local_softmax_magnitude(q, k, v):
+    """The size of the terms of a local head's output (tests/test_rfa_local.softmax_magnitude): the
+    values, times the largest score bound |q||k|/√d (a score's rounding error moves its weight
+    relatively by as much)."""
+    scores = q.norm(dim=-1).max() * k.norm(dim=-1).max() * q.size(-1) ** -0.5
+    return v.abs().max().item() * max(1.0, scores.item())
+
+
+def local_case(generator):
+    """5 sentences x beam 2 decoding 14 tokens, sources of 15 tokens in 1-4 sentences (one padded on
+    the left, as fairseq pads sources, one on the right). Target separators at steps that differ
+    between rows (the aligned sentence moves at different steps, and past the source's last
+    sentence in some rows)."""
+    sentences, beam, time, source = 5, 2, 14, 15
+    tokens = torch.randint(4, 40, (sentences * beam, time + 1), generator=generator)
+    for row, cuts in enumerate([(2, 9), (4,), (1, 5, 8, 11), (6, 7), (3, 10), (2, 4, 6, 12), (5,), (8, 9, 13), (),
+                                (1, 2, 3, 7)]):
+        tokens[row, list(cuts)] = SEP
+    src = torch.randint(4, 40, (sentences, source), generator=generator)
+    src[0, [4, 9]] = SEP
+    src[1, :3] = PAD  # left padding
+    src[1, 8] = SEP
+    src[2, [3, 6, 10]] = SEP
+    src[2, 13:] = PAD
+    src[4, [1, 12]] = SEP
+    x = torch.randn(time, sentences * beam, LOCAL_EMBED, generator=generator)
+    encoder_out = torch.randn(source, sentences, 12, generator=generator)
+    return sentences, beam, time, source, tokens, src, x, encoder_out
+
+
+@pytest.mark.parametrize("case", ["fused", "fused, small blocks", "fused, small blocks, loops to each length",
+                                  "eager, then fused"])
+def test_fused_modules_with_local_heads_decode_as_the_eager_ones(case, monkeypatch):
+    """Causal and cross attention with 2 local heads decode token by token on both paths through
+    beam search's reorders (beams copied and swapped, two reorders between two steps), sentences
+    leaving the batch (the first of 5: the others read their sources through ``rows``; then a
+    second: the sources compacted), several sentences per window (each row's aligned source
+    sentence moves, and stays on the source's last when the target has more), padded sources and
+    causal padding (a padding token's key is not read by later queries): the same outputs, the
+    local heads' within the softmax's rounding, the RFA heads' within theirs.
+    "small blocks": blocks of 4 keys and a causal buffer of 2 positions at first, so that the
+    kernels' loops run over several blocks and the buffer is widened (and its counts read back) as
+    sentences grow; "loops to each length": the kernels' loops run to each row's own length, as
+    compiled for a GPU, not to a constexpr bound. "eager, then fused": the fused steps take over what
+    4 eager steps kept."""
+    if "small blocks" in case:
+        monkeypatch.setattr(fused_module, "LOCAL_KEY_BLOCK", 4)
+        monkeypatch.setattr(fused_module, "LOCAL_CAPACITY", 2)
+    monkeypatch.setattr(fused_module, "LOCAL_DYNAMIC_LOOP", "each length" in case or DEVICE == "cuda")
+    generator = torch.Generator().manual_seed(9)
+    sentences, beam, time, source, tokens, src, x, encoder_out = local_case(generator)
+    padding = src.eq(PAD)
+    orders = [torch.randint(beam, (sentences * beam,), generator=generator) for _ in range(time)]
+    outputs, growths = {}, set()
+    for path in ("eager", "fused"):
+        causal, cross = (module.to(DEVICE) for module in local_modules())
+        first_path = "eager" if case.startswith("eager") else path
+        set_decoding_path(causal, first_path), set_decoding_path(cross, first_path)
+        cross.set_beam_size(beam)
+        rows = torch.arange(sentences * beam)  # which original row each row of the batch continues
+        state, steps, used_rows = {}, [], False
+        with torch.no_grad():
+            for t in range(time):
+                if t == 4:
+                    set_decoding_path(causal, path), set_decoding_path(cross, path)
+                expand = rows // beam
+                starts = sentence_starts(tokens[rows, max(0, t - 1):t + 1], SEP)[:, -1:]
+                causal.hand_in(sentence_starts=on_device(starts))
+                # by position in the batch, not by the row continued: beams that continue one row still differ
+                query = x[t:t + 1, :rows.numel()].to(DEVICE)
+                causal_padding = None
+                if t in (10, 11):  # the second row pads (its query sees its sentence and its own key)
+                    causal_padding = torch.arange(rows.numel()).eq(1).unsqueeze(1).to(DEVICE)
+                out, _ = causal(query, query, query, key_padding_mask=causal_padding, incremental_state=state)
+                cross.hand_in(target_sentence_starts=on_device(tokens[rows, t:t + 1].eq(SEP)),
+                              source_sentence_ids=on_device(sentence_ids(src[expand], SEP)) if t == 0 else None)
+                read, _ = cross(query, encoder_out[:, expand].to(DEVICE), key_padding_mask=padding[expand].to(DEVICE),
+                                incremental_state=state)
+                steps.append((out[0].cpu(), read[0].cpu()))
+                causal_buffer, cross_buffer = causal._get_input_buffer(state), cross._get_input_buffer(state)
+                on_fused = path == "fused" and (t >= 4 or first_path == "fused")
+                assert (causal_buffer.get("fused_local_keys") is not None) == on_fused
+                assert (cross_buffer.get("fused_sentence") is not None) == on_fused
+                if on_fused:
+                    growths.add(causal_buffer["fused_local_keys"].size(2))
+                used_rows |= cross_buffer.get("rows") is not None
+                # each beam continues a beam of its sentence chosen at random; after step 5 the first
+                # sentence leaves the batch, after step 9 the last; after step 3 (before the eager steps hand
+                # over, in the case that hands over) the beams swap as well
+                groups = rows.numel() // beam
+                order = torch.arange(groups).repeat_interleave(beam) * beam + orders[t][:rows.numel()]
+                if t in (5, 9):
+                    order = order.view(groups, beam)[1:] if t == 5 else order.view(groups, beam)[:-1]
+                    order = order.reshape(-1)
+                reorders = [order] + ([torch.arange(order.numel()).view(-1, beam).flip(-1).reshape(-1)]
+                                      if t == 3 else [])
+                kept = {name: buffer[name].data_ptr() for buffer, name in
+                        ((causal_buffer, "fused_local_keys"), (cross_buffer, "fused_sentence"))
+                        if buffer.get(name) is not None}
+                for reorder in reorders:
+                    causal.reorder_incremental_state(state, reorder.to(DEVICE))
+                    cross.reorder_incremental_state(state, reorder.to(DEVICE))
+                    rows = rows[reorder]
+                for buffer, name in ((causal_buffer, "fused_local_keys"), (cross_buffer, "fused_sentence")):
+                    if name in kept:  # recorded, gathered by the next step's kernel: not copied
+                        assert buffer[name].data_ptr() == kept[name]
+                causal.hand_in(), cross.hand_in()
+        outputs[path] = steps
+    assert rows.numel() == 3 * beam and used_rows
+    assert cross_buffer["fused_sentence"].max() >= 4  # past the last sentence of every source (at most 4)
+    if "small blocks" in case:
+        assert len(growths) >= 2  # 2 positions at first, then widened
+    # the bounds: the projections of every row and step (those read are among them)
+    causal, cross = causal.cpu(), cross.cpu()
+    q, k, v = causal._split_qkv(x)
+    causal_magnitude = local_softmax_magnitude(q[:, :LOCAL], k[:, :LOCAL], v[:, :LOCAL])
+    cross_q = cross.q_proj(x).view(time, -1, LOCAL_HEADS, cross.head_dim)[:, :, :LOCAL]
+    cross_k, cross_v = (part[:, :LOCAL] for part in cross._source_heads(encoder_out))
+    cross_magnitude = local_softmax_magnitude(cross_q, cross_k, cross_v)
+    block = fused_module.LOCAL_KEY_BLOCK
+    width = LOCAL * causal.head_dim  # the local heads' channels (out_proj is the identity)
+    for t, ((eager_causal, eager_cross), (fused_causal, fused_cross)) in enumerate(zip(outputs["eager"],
+                                                                                      outputs["fused"])):
+        # the causal local heads read the current sentence (at most t + 1 keys), the cross ones the
+        # aligned sentence (at most the source's 15)
+        assert_fp32_close(fused_causal[:, :width], eager_causal[:, :width],
+                          local_softmax_terms(causal.head_dim, t + 1, block), causal_magnitude,
+                          name=f"{case}: causal local heads, step {t}")
+        assert_fp32_close(fused_cross[:, :width], eager_cross[:, :width],
+                          local_softmax_terms(cross.head_dim, source, block), cross_magnitude,
+                          name=f"{case}: cross local heads, step {t}")
+        for module, fused, eager, name in ((causal, fused_causal, eager_causal, "causal"),
+                                           (cross, fused_cross, eager_cross, "cross")):
+            assert_fp32_close(fused[:, width:], eager[:, width:], module_terms(module, time),
+                              name=f"{case}: {name} RFA heads, step {t}")
+
+
 def test_fused_beam_search_of_a_trained_checkpoint_finds_the_eager_hypotheses():
     """tests/fixtures/rfa_fixed_tau (a tiny RFA-sgate model, 2 updates): fairseq's beam search on the
     fused path finds the eager path's hypotheses, with scores within fp32 rounding. A hypothesis
@@ -489,6 +666,117 @@ def test_fused_beam_search_of_a_trained_checkpoint_finds_the_eager_hypotheses():
     assert hypotheses == 8 and flips <= hypotheses // 8
 
 
+# the remedy (configs/demo/rfa_cross_local_L4.sh: 2 of 4 cross heads local), and with 2 causal local heads too;
+# sized so that the interpreter decodes it in seconds: 32 wide, heads of 8, 1 + 1 layers, 4 + 8 projections
+LOCAL_MODELS = {"cross local heads": ("--rfa-cross-local-heads", "2"),
+                "cross and causal local heads": ("--rfa-cross-local-heads", "2", "--rfa-causal-local-heads", "2")}
+# whose local heads' kernels loop to each row's own length in Triton's interpreter as well (as compiled for a GPU)
+LOOPS_TO_EACH_LENGTH = "cross and causal local heads"
+SMALL_MODEL = ("--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+               "--decoder-ffn-embed-dim", "64", "--encoder-layers", "1", "--decoder-layers", "1",
+               "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--rfa-causal-proj-dim", "4",
+               "--rfa-cross-proj-dim", "8", "--dropout", "0")
+SEPARATOR = "<sep>"
+
+
+def synthetic_windows(split, documents):
+    """Windows of 2 consecutive sentences of the embedded synthetic corpus (rfa_doc_mt/data/synthetic.py),
+    (source, target) text with the separator between the sentences."""
+    windows = []
+    for document in generate_documents(1, split, documents):
+        targets = [translation.target for translation in translate_document(document)]
+        windows += [(f" {SEPARATOR} ".join(document[i:i + 2]), f" {SEPARATOR} ".join(targets[i:i + 2]))
+                    for i in range(len(document) - 1)]
+    return windows
+
+
+@pytest.fixture(scope="module", params=list(LOCAL_MODELS))
+def trained_local_model(request):
+    """A tiny RFA model with local heads (:data:`LOCAL_MODELS`) trained 120 updates (Adam, 32 windows
+    each, about 3 s) on the 97 windows of 12 synthetic documents, until its beams are not near ties
+    (the training loss falls from 6 to about 0.3); returns it (eval mode), its dictionary, two test
+    windows (left-padded, as fairseq batches sources) and its name."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    train, test = synthetic_windows("train", 12), synthetic_windows("test", 1)[:2]
+    dictionary = Dictionary()
+    for source, target in train + test:
+        for word in f"{source} {target}".split():
+            dictionary.add_symbol(word)
+
+    def batch(texts, left):
+        rows = [torch.tensor([dictionary.index(word) for word in text.split()] + [dictionary.eos()]) for text in texts]
+        tokens = torch.full((len(rows), max(len(row) for row in rows)), dictionary.pad())
+        for number, row in enumerate(rows):
+            if left:
+                tokens[number, tokens.size(1) - len(row):] = row
+            else:
+                tokens[number, :len(row)] = row
+        return tokens
+
+    model = build_model("rfa_doc_transformer_tiny", dictionary_task(dictionary, dictionary.index(SEPARATOR)),
+                        *SMALL_MODEL, *LOCAL_MODELS[request.param], share_all_embeddings=True).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    generator = torch.Generator().manual_seed(0)
+    try:
+        for _ in range(120):
+            chosen = torch.randperm(len(train), generator=generator)[:32].tolist()
+            source, target = batch([train[i][0] for i in chosen], True), batch([train[i][1] for i in chosen], False)
+            # fairseq's decoder input: the target shifted right behind EOS
+            previous = torch.cat([torch.full((len(chosen), 1), dictionary.eos()), target[:, :-1]], 1)
+            previous[previous.eq(dictionary.eos()) & (torch.arange(previous.size(1)) > 0)] = dictionary.pad()
+            logits, _ = model(source, source.ne(PAD).sum(1), previous)
+            loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), target.view(-1),
+                                                     ignore_index=dictionary.pad())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    finally:
+        torch.set_num_threads(threads)
+    assert loss.item() < 1.0, f"the tiny model did not learn ({loss.item():.2f})"
+    return model.eval(), dictionary, batch([source for source, _ in test], True), request.param
+
+
+def test_fused_beam_search_with_local_heads_finds_the_eager_hypotheses(trained_local_model, monkeypatch):
+    """A trained tiny model with local heads (:func:`trained_local_model`): fairseq's beam search on
+    the fused path, every attention's local heads in their kernels (with both causal and cross local
+    heads, looping to each row's own length), finds the eager path's hypotheses through sentence
+    boundaries (the aligned source sentence moves), with scores within fp32 rounding; a hypothesis
+    may differ only where rounding flips a near tie, at most one in eight."""
+    model, dictionary, source, name = trained_local_model
+    monkeypatch.setattr(fused_module, "LOCAL_DYNAMIC_LOOP", name == LOOPS_TO_EACH_LENGTH or DEVICE == "cuda")
+    model, source = model.to(DEVICE), source.to(DEVICE)
+    separator, max_len = dictionary.index(SEPARATOR), 12
+    results = {}
+    for path in ("eager", "fused"):
+        set_decoding_path(model, path)
+        generator = SequenceGenerator([model], dictionary, beam_size=4, max_len=max_len, min_len=3,
+                                      search_strategy=search.BeamSearch(dictionary))
+        results[path] = generator.generate([model], {"net_input": {"src_tokens": source,
+                                                                   "src_lengths": source.ne(PAD).sum(1)}})
+    layer = model.decoder.layers[0]
+    assert layer.encoder_attn.local_heads == 2 and uses_fused_decoding(layer.encoder_attn, source.float())
+    args = model.args
+    # a score sums up to 12 log-probabilities, each through the model (the test above), an attention's
+    # sums being the RFA heads' or the local heads' (over at most the whole source or target)
+    rfa = max(layer.encoder_attn.features, layer.self_attn.features) + FEATURE_ROUNDINGS
+    local = local_softmax_terms(layer.encoder_attn.head_dim, max(source.size(1), max_len), fused_module.LOCAL_KEY_BLOCK)
+    terms = transformer_terms(args.decoder_embed_dim, args.decoder_ffn_embed_dim, args.encoder_layers,
+                              args.decoder_layers, source.size(1), max_len, max(rfa, local), len(dictionary)) + max_len
+    hypotheses = flips = crossings = 0
+    for eager_sentence, fused_sentence in zip(results["eager"], results["fused"]):
+        for eager, fused in zip(eager_sentence, fused_sentence):
+            hypotheses += 1
+            crossings += int(eager["tokens"][:-1].eq(separator).any())
+            if not torch.equal(eager["tokens"], fused["tokens"]):
+                flips += 1
+            bound = fp32_tolerance(terms, eager["positional_scores"].abs().max().item())
+            assert abs(float(eager["score"] - fused["score"])) <= bound
+    print(f"[fused beam search, local heads] {flips} of {hypotheses} hypotheses differ; {crossings} go past a "
+          f"sentence boundary")
+    assert hypotheses == 8 and flips <= hypotheses // 8 and crossings >= 2
+
+
 def test_the_kernels_compile_for_an_h100(tmp_path):
     """Triton's compiler builds every branch of both kernels for compute capability 9.0 (H100), down
     to its binary, with no GPU: what the interpreter cannot check (types, layouts, tl.dot's shapes).
@@ -506,4 +794,4 @@ def test_the_kernels_compile_for_an_h100(tmp_path):
     import json
 
     sizes = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(sizes) == 4 and all(size > 0 for size in sizes.values()), sizes
+    assert len(sizes) == 8 and all(size > 0 for size in sizes.values()), sizes

@@ -5,7 +5,8 @@ The three forms of the local softmax and of whole modules agree (outputs and gra
 lengths, padding, several sentences per window, a target with more sentences than its source); a
 local head depends on its sentence and nothing else; decoding token by token with beam reorders,
 sentence boundaries and a sentence leaving the batch equals one pass; a decoding step reads only
-the current sentence; the fused kernels are never chosen for a module with local heads; the tiny
+the current sentence; a module with local heads takes its decoding path as one without does (the
+fused kernels, which tests/test_rfa_fused.py runs, are not called on a CPU's "auto" path); the tiny
 model with both options trains, decodes as it runs in one pass and beam-searches."""
 
 import pytest
@@ -471,21 +472,27 @@ def test_cross_local_heads_see_the_aligned_source_sentence_and_nothing_else():
 # decoding path and the model
 
 
-def test_a_module_with_local_heads_decodes_on_the_eager_path(monkeypatch):
+def test_a_module_with_local_heads_takes_its_decoding_path_as_one_without(monkeypatch):
+    """Local heads have fused kernels beside the RFA heads' (tests/test_rfa_fused.py runs them): a
+    module with them is fused where one without is, "auto" on a CPU decodes eagerly, and a causal
+    attention with the delta rule (no kernel) decodes eagerly on every path, its local heads too."""
     step = torch.zeros(1, 2, EMBED)
     for make in (causal_module, cross_module):
         local, plain = make(), make(local_heads=0)
         for module in (local, plain):
+            assert not uses_fused_decoding(module, step)  # auto, CPU
             module.decoding_path = "fused"
-        assert uses_fused_decoding(plain, step) and not uses_fused_decoding(local, step)
+            assert uses_fused_decoding(module, step)
+    delta = RandomFeatureCausalAttention(EMBED, HEADS, 8, seed=11, update="delta", local_heads=LOCAL)
+    delta.decoding_path = "fused"
+    assert not uses_fused_decoding(delta, step)
 
     def fused(*args, **kwargs):
-        raise AssertionError("the fused kernels were called for a module with local heads")
+        raise AssertionError("a fused kernel was called on the auto path on a CPU")
 
-    monkeypatch.setattr(rfa_layers, "fused_causal_step", fused)
-    monkeypatch.setattr(rfa_layers, "fused_cross_read", fused)
+    for name in ("fused_causal_step", "fused_cross_read", "fused_local_causal_step", "fused_local_cross_step"):
+        monkeypatch.setattr(rfa_layers, name, fused)
     causal, cross = causal_module(), cross_module()
-    causal.decoding_path = cross.decoding_path = "fused"
     tokens = torch.tensor([[4, SEP, 5], [SEP, 6, 7]])
     with torch.no_grad():
         outputs = list(_steps(causal, torch.randn(3, 2, EMBED), tokens))
@@ -493,7 +500,7 @@ def test_a_module_with_local_heads_decodes_on_the_eager_path(monkeypatch):
         src = torch.tensor([[4, SEP, 5, EOS], [6, 7, EOS, PAD]])
         hand_cross(cross, src, tokens[:, :1])
         cross(torch.randn(1, 2, EMBED), torch.randn(4, 2, 12), key_padding_mask=src.eq(PAD), incremental_state=state)
-    assert len(outputs) == 3
+    assert len(outputs) == 3 and cross._get_input_buffer(state).get("local_sentence") is not None
 
 
 LOCAL_OPTIONS = ["--rfa-cross-local-heads", "2", "--rfa-causal-local-heads", "2"]

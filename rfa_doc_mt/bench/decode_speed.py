@@ -52,7 +52,12 @@ randomly initialised (only speed is measured), for each window size L, with beam
   their tokens/s ÷ ungated RFA's and ÷ RFA-sgate's, the cost of a gate beside its quality.
 * ``--rfa-variant NAME="OPTIONS"`` (repeatable) decodes RFA built with more model options too
   (``rfa-NAME``, e.g. ``local="--rfa-gate sgate --rfa-causal-local-heads 4 --rfa-cross-local-heads
-  4"``): ``over_transformer`` in the summary is each variant's tokens/s ÷ the transformer's.
+  4"``; scripts/bench_gpu.sh decodes the remedy, ``crosslocal2="--rfa-cross-local-heads 2"``):
+  ``over_transformer`` in the summary is each variant's tokens/s ÷ the transformer's,
+  ``over_ceiling`` ÷ the ceiling's.
+* The ``--rfa-gates`` and ``--rfa-variant`` models decode on the fused path when ``--rfa-decoding``
+  includes it (local heads included; a causal attention with the delta rule has no kernel and
+  stays eager), else on the eager path: ``rfa_variant_decoding`` in the settings.
 
 The JSON holds the machine, the commit, the settings and every run; ``plot`` draws the
 speedup per L from it (a separate step, so plots can be redrawn without re-running).
@@ -498,6 +503,8 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
     gated = [name for name in speeds if name.startswith("rfa-")]
     if gated:
         summary["over_transformer"] = {name: speeds[name] / speeds["transformer"] for name in gated}
+        if CEILING in speeds:
+            summary["over_ceiling"] = {name: speeds[name] / speeds[CEILING] for name in gated}
     for baseline, key in (("rfa", "over_rfa"), ("rfa-sgate", "over_sgate")):
         if gated and baseline in speeds:
             summary[key] = {name: speeds[name] / speeds[baseline] for name in gated if name != baseline}
@@ -531,8 +538,9 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
     if "fused_hypotheses" in summary:
         line += (f"; fused hypotheses differing from the eager ones: {summary['fused_hypotheses']['differing']} of "
                  f"{summary['fused_hypotheses']['windows']} windows")
-    line += "".join(f"; {name} {speeds[name]:.1f} tokens/s ({speeds[name] / speeds['rfa']:.2f} of RFA's)"
-                    for name in gated if "rfa" in speeds)
+    line += "".join(f"; {name} {speeds[name]:.1f} tokens/s ({speeds[name] / speeds['transformer']:.2f}x the "
+                    f"transformer's" + (f", {speeds[name] / speeds['rfa']:.2f} of RFA's" if "rfa" in speeds else "")
+                    + ")" for name in gated)
     print(line + f"; cache reordering {summary['reorder_share']['transformer']:.0%} of the transformer's forward "
           f"time", flush=True)
     return summary
@@ -578,6 +586,7 @@ def run(args) -> Dict:
                            "batches_per_window_size": num_batches, "models": architectures,
                            "rfa_decoding": {DECODING_PATHS[path]: path for path in paths}, "dtype": args.dtype,
                            "rfa_gates": rfa_gates, "rfa_variants": variants,
+                           "rfa_variant_decoding": variant_path(paths),
                            "seed": args.seed, "quick": bool(args.quick), "tiny": bool(args.tiny),
                            "kernel_counts": args.kernel_counts and
                            f"steps {[2 ** i for i in range(args.kernel_counts)]} of the first batch, and its first "
@@ -602,9 +611,11 @@ def run(args) -> Dict:
         for gate in rfa_gates:
             models[f"rfa-{gate}"] = build_model(task, architectures["rfa"], args.seed, args.max_positions, device,
                                                 dtype, options=["--rfa-gate", gate])
+            set_decoding_path(models[f"rfa-{gate}"], variant_path(paths))
         for name, options in variants.items():
             models[name] = build_model(task, architectures["rfa"], args.seed, args.max_positions, device, dtype,
                                        options=options)
+            set_decoding_path(models[name], variant_path(paths))
         if not args.no_ceiling:
             models[CEILING] = remove_decoder_attention(
                 build_model(task, architectures["transformer"], args.seed, args.max_positions, device, dtype))
@@ -636,6 +647,12 @@ def parse_variants(specs: List[str]) -> Dict[str, List[str]]:
             raise SystemExit(f"--rfa-variant: {name.strip()!r} is given twice")
         variants[key] = shlex.split(options)
     return variants
+
+
+def variant_path(paths: List[str]) -> str:
+    """The decoding path of the ``--rfa-gates`` and ``--rfa-variant`` models: fused when RFA's paths
+    include it (what a GPU decodes with), else eager."""
+    return "fused" if "fused" in paths else "eager"
 
 
 def decoding_paths(args) -> List[str]:
@@ -679,6 +696,10 @@ def plot(json_path: str, out: str) -> None:
     if all("fused_speedup" in s for s in summary):
         left.plot(sizes, [s["fused_speedup"] for s in summary], marker="D", color="tab:green",
                   label="fused step, forward time")
+    variants = sorted({name for s in summary for name in s.get("over_transformer", {})})
+    for name in variants:  # --rfa-gates, --rfa-variant
+        if all(name in s.get("over_transformer", {}) for s in summary):
+            left.plot(sizes, [s["over_transformer"][name] for s in summary], marker="v", label=name)
     if all("ceiling_speedup" in s for s in summary):
         left.plot(sizes, [s["ceiling_speedup"] for s in summary], marker="^", linestyle=":", color="grey",
                   label="ceiling: projections, no attention (bound)")
@@ -690,7 +711,8 @@ def plot(json_path: str, out: str) -> None:
     left.set_xlabel("window size L (sentences)")
     left.set_ylabel("RFA speedup over transformer\n(labels: RFA ÷ ceiling)")
     left.legend()
-    for name, style in (("transformer", "s-"), ("rfa", "o-"), (FUSED, "D-"), (CEILING, "^:")):
+    for name, style in (("transformer", "s-"), ("rfa", "o-"), (FUSED, "D-"), (CEILING, "^:")) + tuple(
+            (name, "v-") for name in variants):
         if all(name in s["tokens_per_second"] for s in summary):
             right.plot(sizes, [s["tokens_per_second"][name] for s in summary], style, label=name)
     right.set_xlabel("window size L (sentences)")

@@ -36,10 +36,15 @@ def decode_table(result: Dict) -> str:
         if any(name in s["tokens_per_second"] for s in summary):
             rows.append([f"{dtype}: {label} tokens/s"] + [_number(s["tokens_per_second"].get(name)) for s in summary])
     others = sorted({name for s in summary for name in s["tokens_per_second"] if name.startswith("rfa-")})
+    path = result["settings"].get("rfa_variant_decoding")
     for name in others:  # --rfa-gates, --rfa-variant
-        rows.append([f"{dtype}: {name} tokens/s"] + [_number(s["tokens_per_second"].get(name)) for s in summary])
-        rows.append([f"{dtype}: {name} / transformer"] +
+        label = f"{name} ({path})" if path else name
+        rows.append([f"{dtype}: {label} tokens/s"] + [_number(s["tokens_per_second"].get(name)) for s in summary])
+        rows.append([f"{dtype}: {label} / transformer"] +
                     [_number(s.get("over_transformer", {}).get(name), 2) for s in summary])
+        if any(name in s.get("over_ceiling", {}) for s in summary):
+            rows.append([f"{dtype}: {label} / ceiling"] +
+                        [_number(s.get("over_ceiling", {}).get(name), 2) for s in summary])
     for key, label in (("speedup", "**RFA eager / transformer**"), ("fused_speedup", "**RFA fused / transformer**"),
                        ("fused_over_eager", "RFA fused / RFA eager"), ("ceiling_speedup", "ceiling / transformer"),
                        ("rfa_fused_share_of_ceiling", "RFA fused / ceiling")):
@@ -82,7 +87,9 @@ def step_table(result: Dict, data: Optional[str] = None) -> str:
     settings = result["settings"]
     summary = sorted(result["summary"], key=lambda s: (s["window_size"], s["batch_size"]))
     header = ["L"] + [str(s["window_size"]) for s in summary]
-    names = [name for name in ("transformer", "rfa", FUSED, CEILING) if name in summary[0]["tokens_per_second"]]
+    others = sorted(name for name in summary[0]["tokens_per_second"] if name.startswith("rfa-"))
+    names = [name for name in ("transformer", "rfa", FUSED, CEILING) if name in summary[0]["tokens_per_second"]] + \
+        others
     columns = []
     for s in summary:
         runs = [r for r in result["runs"]
@@ -110,7 +117,7 @@ def step_table(result: Dict, data: Optional[str] = None) -> str:
         if any(None not in seconds and seconds for seconds in first):
             rows.append([f"{name} ms: the encoder and the first step"] + [
                 _number(1000 * sum(seconds), 1) if seconds and None not in seconds else "-" for seconds in first])
-    for name, label in (("rfa", "RFA eager"), (FUSED, "RFA fused")):
+    for name, label in [("rfa", "RFA eager"), (FUSED, "RFA fused")] + [(name, name) for name in others]:
         if name in names and CEILING in names:
             rows.append([f"{label} beyond the ceiling, µs per step per window of the batch"] + [
                 _number(1e6 * (seconds[name] - seconds[CEILING]) / steps / s["batch_size"])

@@ -212,14 +212,16 @@ class RFATransformerDecoder(TransformerDecoder):
         o = self.options
         local_causal = o.causal_local_heads > 0 and "causal" in o.attentions
         local_cross = o.cross_local_heads > 0 and "cross" in o.attentions
-        # the token and feature gates read no boundaries
-        needs_target = o.gate in SENTENCE_GATES or local_causal or local_cross
+        # the token and feature gates read no boundaries; cross local heads read their own starts
+        # (cross_starts, below): the causal attention's are not made for them (a decoding step is
+        # launch-bound on a GPU)
+        needs_target = o.gate in SENTENCE_GATES or local_causal
         needs_source = o.cross_gate
         target_starts = source_starts = source_ids = None
+        if (needs_target or local_cross) and self.target_separator is None:
+            raise RuntimeError("the sentential gate and the local heads need the target separator: build the "
+                               "model with the doc_translation task")
         if needs_target:
-            if self.target_separator is None:
-                raise RuntimeError("the sentential gate and the local heads need the target separator: build the "
-                                   "model with the doc_translation task")
             if incremental_state is not None:
                 # the current token starts a sentence when the token before it is a separator
                 target_starts = sentence_starts(prev_output_tokens[:, -2:], self.target_separator)[:, -1:]

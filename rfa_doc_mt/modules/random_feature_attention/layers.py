@@ -23,7 +23,14 @@ from .features import (
     projection_of,
     unit_vectors,
 )
-from .fused import DECODING_PATHS, fused_causal_step, fused_cross_read, uses_fused_decoding
+from .fused import (
+    DECODING_PATHS,
+    fused_causal_step,
+    fused_cross_read,
+    fused_local_causal_step,
+    fused_local_cross_step,
+    uses_fused_decoding,
+)
 from .gates import (
     FEATURE_GATE_RANK,
     FEATURE_GATE_TEMPERATURE,
@@ -210,7 +217,9 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
     ``local_heads`` (:mod:`.local`): the first heads are causal softmax over the current sentence
     so far (the sentence starts handed in, ``hand_in(sentence_starts=...)``); decoding keeps the
     current sentence's keys and values for them (:data:`.local.LOCAL_CAUSAL_NAMES`), dropped when a
-    new sentence starts. The RFA heads keep what is listed above, ``heads`` being theirs.
+    new sentence starts; on the fused path in the form of its kernel (:data:`.fused.FUSED_LOCAL_CAUSAL_NAMES`),
+    read at the ``rows`` that beam search's reorders recorded for the state. The RFA heads keep what
+    is listed above, ``heads`` being theirs.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, num_projections: int, seed: int, feature_map: str = "fourier",
@@ -315,12 +324,20 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
         batch = query.size(1)
         buffer = self._get_input_buffer(incremental_state)
         qkv = self.in_proj(query[0]).view(batch, 3, self.num_heads, self.head_dim)
-        local_out = None
-        if self.local_heads:
-            local_out = self._local_step(qkv[:, :, :self.local_heads], key_padding_mask, buffer)
-        rfa_qkv = qkv[:, :, self.local_heads:]
+        local = self.local_heads
+        # one kernel from q, k, v to the output for the RFA heads, one for the local heads (fused.py),
+        # both writing into one output of every head
+        fused = uses_fused_decoding(self, qkv)
+        local_out = fused_out = None
+        if fused:
+            fused_out = qkv.new_empty(batch, self.num_heads, self.head_dim)
+        if local:
+            if fused:
+                self._fused_local_step(qkv[:, :, :local], key_padding_mask, buffer, fused_out[:, :local])
+            else:
+                local_out = self._local_step(qkv[:, :, :local], key_padding_mask, buffer)
+        rfa_qkv = qkv[:, :, local:]
         with full_precision(query):
-            fused = uses_fused_decoding(self, qkv)  # one kernel from q, k, v to the output (fused.py)
             if not fused:
                 # decoding is inference: the fixed evaluation matrix, whatever the mode. q̂ and k̂
                 # head-major, [heads, batch x (q, k), head_dim]: one product for both
@@ -360,7 +377,9 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
             else:
                 prefix = {name: buffer.get(name) for name in PREFIX_NAMES}
                 if fused:
-                    out = fused_causal_step(qkv, self.decoding_features(buffer), prefix, forget, key_weight)
+                    fused_causal_step(rfa_qkv, self.decoding_features(buffer), prefix, forget, key_weight,
+                                      out=fused_out[:, local:])
+                    out = fused_out
                 else:
                     out = causal_decoding_step(phi_q, phi_k, v, prefix, forget, key_weight)
                 buffer.update(prefix)
@@ -380,6 +399,16 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
         q, k, v = qkv.unbind(1)
         return local_causal_step(q, k, v, buffer, starts, real)
 
+    def _fused_local_step(self, qkv: Tensor, key_padding_mask: Optional[Tensor], buffer: Dict[str, Optional[Tensor]],
+                          out: Tensor) -> None:
+        """The local heads' step in one kernel (:func:`.fused.fused_local_causal_step`), written into
+        ``out`` [batch, local heads, head_dim]; it reads the rows that beam search's reorders recorded
+        for the RFA state (``rows``, cleared by the RFA heads' step that follows)."""
+        batch = qkv.size(0)
+        starts = self.handed("sentence_starts", (batch, 1), "its local heads")[:, 0]
+        real = None if key_padding_mask is None else ~key_padding_mask[:, -1].bool()
+        fused_local_causal_step(qkv, buffer, starts, real, buffer.get("rows"), out)
+
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         """Beam search: rows of every state tensor follow ``new_order`` (over batch*beam).
 
@@ -392,15 +421,17 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
         if not buffer:
             return incremental_state
         rows = new_order.size(0)
-        # the fused step reads its state at the recorded rows (fused.py), as the keys form does
-        deferred = buffer.get("keys") is not None or uses_fused_decoding(self, buffer.get("state"))
+        # the fused steps read their state and their local heads' keys at the recorded rows
+        # (fused.py), as the keys form does
+        deferred = buffer.get("keys") is not None or uses_fused_decoding(self, buffer.get("state")) or \
+            buffer.get("fused_local_keys") is not None
         if deferred:
             taken = buffer.get("rows")
             buffer["rows"] = new_order if taken is None else taken.index_select(0, new_order)
         for name, value in list(buffer.items()):
-            if value is None or name in DECODING_FEATURE_NAMES or name.startswith("spare_") or \
+            if value is None or name in DECODING_FEATURE_NAMES or name.startswith(("spare_", "fused_local_")) or \
                     name in ("keys", "values", "rows") or (deferred and name == "state"):
-                continue  # the feature map: one for every row; the keys and a fused state: above
+                continue  # the feature map: one for every row; the keys, a fused state and fused local keys: above
             if name != "state" or value.requires_grad:
                 buffer[name] = value.index_select(0, new_order)
                 continue
@@ -454,7 +485,8 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
     source's sentence ids (``hand_in(target_sentence_starts=..., source_sentence_ids=...)``, the
     ids needed until the source is cached). Decoding keeps, once per source, their keys and values
     and the source's per-sentence index (:data:`.local.LOCAL_CROSS_NAMES`), and per row the target
-    sentence of its last token (``local_sentence``).
+    sentence of its last token (``local_sentence``; on the fused path one per row and local head,
+    with the reorders not yet gathered: :data:`.fused.FUSED_LOCAL_CROSS_NAMES`).
     """
 
     gate_on_keys = True
@@ -627,7 +659,19 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
                 buffer.update(local_cross_cache(k_all[:, :self.local_heads], v_all[:, :self.local_heads],
                                                 source_key_ids(source_ids, key_padding_mask)))
             self._set_input_buffer(incremental_state, buffer)
-        out = self._read(q_rfa, summary, rows=buffer.get("rows"), feature_map=self.decoding_features(buffer))
+        rows = buffer.get("rows")
+        if time == 1 and uses_fused_decoding(self, q):
+            # one kernel for the RFA heads, one for the local heads (fused.py), into one output
+            heads_q = q.view(batch, self.num_heads, self.head_dim)
+            out = heads_q.new_empty(batch, self.num_heads, self.head_dim)
+            local = self.local_heads
+            if local:
+                starts = self.handed("target_sentence_starts", (batch, 1), "its local heads")[:, 0]
+                fused_local_cross_step(heads_q[:, :local], buffer, starts, rows, out[:, :local])
+            fused_cross_read(heads_q[:, local:], self.decoding_features(buffer), summary, rows, out[:, local:])
+            self._set_input_buffer(incremental_state, buffer)
+            return self.out_proj(out.view(1, batch, self.embed_dim)), None
+        out = self._read(q_rfa, summary, rows=rows, feature_map=self.decoding_features(buffer))
         if self.local_heads:
             out = torch.cat([self._local_step(q[..., :local_width], buffer), out], -1)
             self._set_input_buffer(incremental_state, buffer)
@@ -701,9 +745,6 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
         stored = next(iter(summary.values())).size(0)
         sources = stored if rows is None else rows.numel()
         beams = batch // sources
-        if feature_map is not None and time == 1 and uses_fused_decoding(self, q):  # one kernel (fused.py)
-            out = fused_cross_read(q.view(batch, heads, self.head_dim), feature_map, summary, rows)
-            return out.view(1, batch, width)
         with full_precision(q):
             heads_q = q.view(time, sources, beams, heads, self.head_dim)
             # phi_q [sources, heads, beams*time, F]: the beams of a source read the same summary
@@ -732,13 +773,19 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
         nearly every step (a state is [sentences, heads, F, dv + 1]); this way the copies stay a
         bounded multiple of one summary and each step reads at most 4/3 of the summaries it needs.
         The local heads' source cache goes with the summary; the target sentence of each row
-        (``local_sentence``) follows the beams."""
+        follows the beams: gathered at once on the eager path (``local_sentence``), recorded on
+        the fused one (``fused_sentence_order``, composed over reorders: the next step's kernel
+        gathers on read)."""
         buffer = self._get_input_buffer(incremental_state)
         names = [name for name in SUMMARY_NAMES + LOCAL_CROSS_NAMES if buffer.get(name) is not None]
         if not names:
             return incremental_state
         if buffer.get("local_sentence") is not None:
             buffer["local_sentence"] = buffer["local_sentence"].index_select(0, new_order)
+            self._set_input_buffer(incremental_state, buffer)
+        if buffer.get("fused_sentence") is not None:
+            taken = buffer.get("fused_sentence_order")
+            buffer["fused_sentence_order"] = new_order if taken is None else taken.index_select(0, new_order)
             self._set_input_buffer(incremental_state, buffer)
         stored = buffer[names[0]].size(0)
         rows = buffer.get("rows")

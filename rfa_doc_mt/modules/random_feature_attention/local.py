@@ -42,8 +42,12 @@ The three forms (docs/design.md), tested against each other in tests/test_rfa_lo
   :func:`incremental_local_causal_attention` and :func:`incremental_local_cross_attention` run the
   steps over whole sequences, with the signatures of the other forms.
 
-The fused decoding kernels (:mod:`.fused`) cover RFA heads only: a module with local heads decodes
-on the eager path (:func:`.fused.uses_fused_decoding`).
+On the fused decoding path (:mod:`.fused`, on a GPU) each incremental form is one Triton kernel
+launched beside the RFA heads' (:func:`.fused.fused_local_causal_step`,
+:func:`.fused.fused_local_cross_step`): the same sums, with the gathers, masks and sentence counts
+inside the kernel (the cross one reads the cache of :func:`local_cross_cache`); tested against
+these forms in tests/test_rfa_fused.py. A causal attention with the delta rule decodes eagerly,
+its local heads too.
 """
 
 from typing import Dict, Optional, Tuple

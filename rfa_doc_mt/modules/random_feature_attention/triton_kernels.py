@@ -1,6 +1,7 @@
 """Triton kernels of RFA's decoding step: one kernel per attention per step (:mod:`.fused`
 launches them; the semantics are those of the eager step, :func:`.incremental.causal_rfa_step`
-and :func:`.training.cross_rfa_read` with :class:`.features.DecodingFeatureMap`).
+and :func:`.training.cross_rfa_read` with :class:`.features.DecodingFeatureMap`), and one for
+its local softmax heads (:func:`.local.local_causal_step`, :func:`.local.local_cross_step`).
 
 Each kernel starts from the attention's projections and ends with its normalised output, in
 the model's dtype: the unit vectors, the random feature map, the state's update and its readout
@@ -165,41 +166,205 @@ def cross_read_kernel(query, weight, offset, state, rows, out,
              result.to(out.dtype.element_ty), mask=beam_mask[:, None] & column_mask[None, :])
 
 
+
+@triton.jit
+def local_causal_step_kernel(qkv, keys_in, values_in, length_in, keys_out, values_out, length_out, rows, starts,
+                             real, out, head_dim,
+                             qkv_row, qkv_part, qkv_head,
+                             in_row, in_head, in_position, written_row, written_head, written_position,
+                             length_in_row, length_out_row, starts_row, real_row, out_row, out_head, scale,
+                             HAS_CACHE: tl.constexpr, HAS_ROWS: tl.constexpr, HAS_REAL: tl.constexpr,
+                             DYNAMIC: tl.constexpr, KEY_SPAN: tl.constexpr, BLOCK_KEYS: tl.constexpr,
+                             BLOCK_DIM: tl.constexpr):
+    """One token of a causal local head (softmax over the current sentence so far, :mod:`.local`)
+    for one (row, head): program (row, local head).
+
+    qkv [batch, 3, local heads, head_dim] (the local heads' part of the in-projection's output);
+    the current sentence's keys and values so far, ``keys_in``/``values_in`` [rows, local heads,
+    capacity, head_dim] (the same strides), its first ``length_in`` [rows, local heads] positions
+    of the row ``rows[row]`` (HAS_ROWS: beam search's reorders, gathered on read) or ``row``; a
+    token that starts a sentence (``starts`` [batch]) reads none of them. The keys read are written
+    to row ``row`` of ``keys_out``/``values_out`` (HAS_ROWS: the other buffer; else the same one,
+    each program reading its own tile before it writes), then this token's key and value after
+    them; ``length_out`` counts them (a padding token, ``real`` 0, is written but not counted:
+    no later query reads it). The query always sees its own key. Softmax in fp32 in one pass over
+    blocks of ``BLOCK_KEYS`` keys (the running maximum and sum of the online softmax, Milakov &
+    Gimelshein 2018). The loop runs to the row's own count (``DYNAMIC``: compiled for a GPU) or to
+    ``KEY_SPAN``, a constexpr bound on every row's, the masks taking each row's own (Triton 3.6's
+    interpreter takes a loop's bound from a constexpr only, see :func:`causal_step_kernel`)."""
+    row = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    dims = tl.arange(0, BLOCK_DIM)
+    dim_mask = dims < head_dim
+    projected = qkv + row * qkv_row + head * qkv_head
+    q = tl.load(projected + dims, mask=dim_mask, other=0.0).to(tl.float32)
+    k = tl.load(projected + qkv_part + dims, mask=dim_mask, other=0.0)
+    v = tl.load(projected + 2 * qkv_part + dims, mask=dim_mask, other=0.0)
+    source = row
+    if HAS_ROWS:
+        source = tl.load(rows + row).to(tl.int64)
+    count = 0
+    if HAS_CACHE:
+        count = tl.load(length_in + source * length_in_row + head)
+    count = tl.where(tl.load(starts + row * starts_row) != 0, 0, count)  # a new sentence: nothing before
+    # the token's own key first: the running maximum is finite from the start
+    maximum = tl.sum(q * k.to(tl.float32), axis=0) * scale
+    total = maximum * 0.0 + 1.0
+    accumulated = v.to(tl.float32)
+    read_keys = keys_in + source * in_row + head * in_head
+    read_values = values_in + source * in_row + head * in_head
+    written_keys = keys_out + row * written_row + head * written_head
+    written_values = values_out + row * written_row + head * written_head
+    end = KEY_SPAN
+    if DYNAMIC:
+        end = count
+    for start in range(0, end, BLOCK_KEYS):
+        positions = start + tl.arange(0, BLOCK_KEYS)
+        key_mask = positions < count
+        tile_mask = key_mask[:, None] & dim_mask[None, :]
+        keys = tl.load(read_keys + positions[:, None] * in_position + dims[None, :], mask=tile_mask, other=0.0)
+        values = tl.load(read_values + positions[:, None] * in_position + dims[None, :], mask=tile_mask, other=0.0)
+        if HAS_ROWS:  # the row this one continues: its sentence's keys move with it
+            tl.store(written_keys + positions[:, None] * written_position + dims[None, :], keys, mask=tile_mask)
+            tl.store(written_values + positions[:, None] * written_position + dims[None, :], values, mask=tile_mask)
+        scores = tl.where(key_mask, tl.sum(q[None, :] * keys.to(tl.float32), axis=1) * scale, float("-inf"))
+        new_maximum = tl.maximum(maximum, tl.max(scores, axis=0))
+        rescale = tl.exp(maximum - new_maximum)
+        weights = tl.exp(scores - new_maximum)
+        total = total * rescale + tl.sum(weights, axis=0)
+        accumulated = accumulated * rescale + tl.sum(weights[:, None] * values.to(tl.float32), axis=0)
+        maximum = new_maximum
+    tl.store(out + row * out_row + head * out_head + dims, (accumulated / total).to(out.dtype.element_ty),
+             mask=dim_mask)
+    tl.store(written_keys + count * written_position + dims, k, mask=dim_mask)
+    tl.store(written_values + count * written_position + dims, v, mask=dim_mask)
+    kept = count + 1
+    if HAS_REAL:
+        kept = count + (tl.load(real + row * real_row) != 0).to(tl.int32)
+    tl.store(length_out + row * length_out_row + head, kept)
+
+
+@triton.jit
+def local_cross_step_kernel(query, keys, values, first, length, last, rows, order, starts, sentence_in,
+                            sentence_out, out, beams, head_dim, query_row, query_head,
+                            key_source, key_position, key_head, index_source, index_sentence, last_source,
+                            sentence_in_row, sentence_out_row, starts_row, out_row, out_head, scale,
+                            HAS_SENTENCE: tl.constexpr, HAS_ROWS: tl.constexpr, HAS_ORDER: tl.constexpr,
+                            DYNAMIC: tl.constexpr, KEY_SPAN: tl.constexpr, BLOCK_KEYS: tl.constexpr,
+                            BLOCK_DIM: tl.constexpr):
+    """One token of a cross local head (softmax over the source sentence aligned with the token's
+    target sentence, :mod:`.local`) for one (row, head): program (row, local head).
+
+    query [batch, local heads, head_dim] (the q-projection's output, rows ``source x beams +
+    beam``); the source cache of :func:`.local.local_cross_cache`: keys and values [stored, source,
+    local heads, head_dim] (the same strides), each sentence's first position and length [stored,
+    sentences] and the last sentence [stored], read at source ``rows[source]`` (HAS_ROWS: the
+    sources still decoding) or ``source``. The row's target sentence is the one it had
+    (``sentence_in`` [rows, local heads] at row ``order[row]``, HAS_ORDER: beam search's reorders
+    since the last step, gathered on read; none before the first step), plus one where ``starts``
+    [batch]; it is written to ``sentence_out`` at ``row`` (one entry per head, so that no program
+    reads what another writes). The aligned sentence is that one, or the source's last. Softmax
+    in fp32 in one pass over blocks of its keys, to its length (``DYNAMIC``) or to ``KEY_SPAN``, as
+    :func:`local_causal_step_kernel`."""
+    row = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    sentence = tl.load(starts + row * starts_row).to(tl.int32)
+    if HAS_SENTENCE:
+        previous = row
+        if HAS_ORDER:
+            previous = tl.load(order + row).to(tl.int64)
+        sentence += tl.load(sentence_in + previous * sentence_in_row + head)
+    tl.store(sentence_out + row * sentence_out_row + head, sentence)
+    source = row // beams
+    if HAS_ROWS:
+        source = tl.load(rows + source).to(tl.int64)
+    aligned = tl.maximum(tl.minimum(sentence.to(tl.int64), tl.load(last + source * last_source).to(tl.int64)), 0)
+    begin = tl.load(first + source * index_source + aligned * index_sentence)
+    count = tl.load(length + source * index_source + aligned * index_sentence)
+    dims = tl.arange(0, BLOCK_DIM)
+    dim_mask = dims < head_dim
+    q = tl.load(query + row * query_row + head * query_head + dims, mask=dim_mask, other=0.0).to(tl.float32)
+    maximum = tl.sum(q, axis=0) * 0.0 - 3.0e38  # finite: no NaN from an empty block
+    total = maximum * 0.0
+    accumulated = q * 0.0
+    read_keys = keys + source * key_source + head * key_head
+    read_values = values + source * key_source + head * key_head
+    end = KEY_SPAN
+    if DYNAMIC:
+        end = count
+    for start in range(0, end, BLOCK_KEYS):
+        offsets = start + tl.arange(0, BLOCK_KEYS)
+        key_mask = offsets < count
+        tile_mask = key_mask[:, None] & dim_mask[None, :]
+        positions = (begin + offsets)[:, None] * key_position + dims[None, :]
+        tile = tl.load(read_keys + positions, mask=tile_mask, other=0.0).to(tl.float32)
+        scores = tl.where(key_mask, tl.sum(q[None, :] * tile, axis=1) * scale, float("-inf"))
+        new_maximum = tl.maximum(maximum, tl.max(scores, axis=0))
+        rescale = tl.exp(maximum - new_maximum)
+        weights = tl.exp(scores - new_maximum)
+        total = total * rescale + tl.sum(weights, axis=0)
+        tile = tl.load(read_values + positions, mask=tile_mask, other=0.0).to(tl.float32)
+        accumulated = accumulated * rescale + tl.sum(weights[:, None] * tile, axis=0)
+        maximum = new_maximum
+    result = accumulated / tl.maximum(total, 1e-30)
+    tl.store(out + row * out_row + head * out_head + dims, result.to(out.dtype.element_ty), mask=dim_mask)
+
+
 def compile_kernels(capability: int = 90, warp_size: int = 32) -> dict:
     """Compile the kernels for an NVIDIA GPU of compute ``capability`` (90: H100) with Triton's own
     compiler, down to the GPU's binary (cubin); no GPU or driver is needed. Every constexpr branch
     is compiled on (fourier map, a state read at gathered rows, per-feature forget gates, key
-    weights, bf16 inputs) and off (positive map, empty prefix, fp32). Returns each variant's cubin
-    size in bytes. Not possible under the interpreter (``TRITON_INTERPRET=1``): run it without."""
+    weights, local keys gathered through beam search's reorders, padding, loops to each row's
+    length, bf16 inputs) and off (positive map, empty prefix, nothing before, a constexpr loop,
+    fp32). Returns each variant's cubin size in bytes. Not possible under the interpreter
+    (``TRITON_INTERPRET=1``): run it without."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     target = GPUTarget("cuda", capability, warp_size)
     floats = ("scale", "unit_floor", "normaliser_floor")
+    integers = {"rows": "*i64", "order": "*i64", "first": "*i64", "length": "*i64", "last": "*i64",
+                "length_in": "*i32", "length_out": "*i32", "sentence_in": "*i32", "sentence_out": "*i32",
+                "starts": "*u8", "real": "*u8"}
+    # the paper's sizes: 64-wide heads, 64 causal projections (128 features), 256 cross (512) in blocks of 64;
+    # local heads over up to 128 keys in blocks of 32
+    rfa_sizes = dict(BLOCK_DIM=64, BLOCK_FEATURES=64, BLOCK_VALUES=64)
+    local_sizes = dict(BLOCK_DIM=64, BLOCK_KEYS=32)
     variants = {
         "causal, fourier, gathered state, gates, bf16": (causal_step_kernel, dict(
-            SINE=True, HAS_STATE=True, HAS_ROWS=True, HAS_FORGET=True, HAS_KEY_WEIGHT=True), "*bf16"),
+            SINE=True, HAS_STATE=True, HAS_ROWS=True, HAS_FORGET=True, HAS_KEY_WEIGHT=True, PROJECTIONS=64,
+            **rfa_sizes), "*bf16"),
         "causal, positive, empty prefix, fp32": (causal_step_kernel, dict(
-            SINE=False, HAS_STATE=False, HAS_ROWS=False, HAS_FORGET=False, HAS_KEY_WEIGHT=False), "*fp32"),
-        "cross, fourier, gathered sources, bf16": (cross_read_kernel, dict(SINE=True, HAS_ROWS=True), "*bf16"),
-        "cross, positive, fp32": (cross_read_kernel, dict(SINE=False, HAS_ROWS=False), "*fp32"),
+            SINE=False, HAS_STATE=False, HAS_ROWS=False, HAS_FORGET=False, HAS_KEY_WEIGHT=False, PROJECTIONS=64,
+            **rfa_sizes), "*fp32"),
+        "cross, fourier, gathered sources, bf16": (cross_read_kernel, dict(
+            SINE=True, HAS_ROWS=True, PROJECTIONS=256, BLOCK_BEAMS=16, **rfa_sizes), "*bf16"),
+        "cross, positive, fp32": (cross_read_kernel, dict(
+            SINE=False, HAS_ROWS=False, PROJECTIONS=256, BLOCK_BEAMS=16, **rfa_sizes), "*fp32"),
+        "causal local, gathered keys, padding, loop to each row's length, bf16": (local_causal_step_kernel, dict(
+            HAS_CACHE=True, HAS_ROWS=True, HAS_REAL=True, DYNAMIC=True, KEY_SPAN=0, **local_sizes), "*bf16"),
+        "causal local, nothing before, loop to a constexpr, fp32": (local_causal_step_kernel, dict(
+            HAS_CACHE=False, HAS_ROWS=False, HAS_REAL=False, DYNAMIC=False, KEY_SPAN=128, **local_sizes), "*fp32"),
+        "cross local, gathered sources and sentences, loop to each row's length, bf16": (
+            local_cross_step_kernel, dict(HAS_SENTENCE=True, HAS_ROWS=True, HAS_ORDER=True, DYNAMIC=True,
+                                          KEY_SPAN=0, **local_sizes), "*bf16"),
+        "cross local, first step, loop to a constexpr, fp32": (local_cross_step_kernel, dict(
+            HAS_SENTENCE=False, HAS_ROWS=False, HAS_ORDER=False, DYNAMIC=False, KEY_SPAN=128, **local_sizes),
+            "*fp32"),
     }
     sizes = {}
-    for name, (kernel, flags, io_type) in variants.items():
-        # the paper's sizes: 64-wide heads, 64 causal projections (128 features), 256 cross (512) in blocks of 64
-        projections = 256 if kernel is cross_read_kernel else 64
-        constants = dict(flags, BLOCK_DIM=64, BLOCK_FEATURES=64, BLOCK_VALUES=64, PROJECTIONS=projections,
-                         FEATURES=2 * projections if flags["SINE"] else projections)
-        if kernel is cross_read_kernel:
-            constants["BLOCK_BEAMS"] = 16
+    for name, (kernel, constants, io_type) in variants.items():
+        if "PROJECTIONS" in constants:
+            constants["FEATURES"] = 2 * constants["PROJECTIONS"] if constants["SINE"] else constants["PROJECTIONS"]
         signature = {}
         for argument in kernel.arg_names:
             if argument in constants:
                 signature[argument] = "constexpr"
-            elif argument in ("qkv", "query", "out"):
+            elif argument in integers:
+                signature[argument] = integers[argument]
+            elif argument in ("qkv", "query", "out", "keys", "values", "keys_in", "values_in", "keys_out",
+                              "values_out"):
                 signature[argument] = io_type
-            elif argument == "rows":
-                signature[argument] = "*i64"
             elif argument in ("weight", "offset", "state", "state_in", "state_out", "forget", "key_weight"):
                 signature[argument] = "*fp32"
             else:
