@@ -357,7 +357,7 @@ def print_list(budget: Optional[int], seeds: int, plan=None, converge: bool = Fa
                 print(f"  --corpus {corpus}: benchmark only")
                 continue
             print(f"  --corpus {corpus}:")
-            if corpus == EMBEDDED and converge:
+            if (corpus == EMBEDDED and converge) or corpus in experiment.converges_on:
                 print(f"    --converge: every run {convergence.describe()}")
                 rows = experiment.rows(corpus, converged=True)
                 if experiment.searches:
