@@ -20,7 +20,7 @@ usage: $(basename "$0") --out DIR [--source-module M] [--target-module M] [optio
   --books B1,B2,...                  only these books, by OSIS name (Gen, Ruth, 3John, Rev)
   --held-out-every N                 a valid and a test chapter in every N kept chapters (default 40;
                                      a few books need fewer, e.g. --books Ruth,Jonah --held-out-every 4)
-  --bpe-size N                       joint BPE vocabulary size (default 8000, provisional)
+  --bpe-size N                       joint BPE vocabulary size (default 8000, chosen on validation s-BLEU)
   --workers N                        processes for tokenization, BPE and binarization
   --force                            replace --out even when it holds files this script did not write
 

@@ -32,6 +32,7 @@ def faked_training(curves, trained):
         for setting in settings:
             trained.append(setting.name)
             fake_log(os.path.join(out, setting.name), curves[setting.name])
+            open(os.path.join(out, setting.name, "train.done"), "w").close()
     return train
 
 
@@ -108,3 +109,21 @@ def test_the_step_timing_prices_each_model_once_against_the_configs_own(corpora,
             for line in (tmp_path / "steps.md").read_text().splitlines()[2:] if line.startswith("| ")}
     assert rows["bpe8k"][3] == "1.00" and rows["bpe8k-lr3e-3"][3] == "1.00" and rows["bpe8k-2+2"][3] == "0.50"
     assert rows["bpe27k"][1:4] == ["270", "0.275", "3.24"] and rows["bpe27k"][4] == "no"
+
+
+def test_the_table_of_a_search_under_way_marks_what_still_trains(corpora, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert bible_search.main(["--corpora", corpora, "--out", str(out), "--table"]) == 2
+    assert "no run" in capsys.readouterr().err and not (out / "search.md").exists()
+    for name, curve, done in (("bpe4k", [(500, 2.0), (1000, 9.0)], True), ("bpe8k", [(500, 2.5), (1000, 11.0)], True),
+                              ("bpe8k-lr3e-3", [(500, 3.0), (1000, 12.0)], False), ("bpe16k", [(500, 1.0)], False)):
+        fake_log(out / name, curve)
+        if done:
+            (out / name / "train.done").touch()
+    assert bible_search.main(["--corpora", corpora, "--out", str(out), "--table"]) == 0
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in (out / "search.md").read_text().splitlines() if line.startswith("| bpe")}
+    # the higher score still training is not chosen: the finished one is, and the table says it may change
+    assert rows["bpe8k"][-1] == "**chosen**" and rows["bpe8k-lr3e-3"][-1] == ""
+    assert rows["bpe8k-lr3e-3"][1] == "to 1000" and rows["bpe8k-2+2"][1] == "no" and rows["bpe4k"][1] == "yes"
+    assert "the choice may still change" in (out / "search.md").read_text()

@@ -120,8 +120,9 @@ def table_bible(context) -> Tuple[str, list]:
     if found:
         context.notes.append(verdicts_note(json_rows, found))
     context.notes.append(
-        "Pronoun accuracy (%): the contrastive pronoun set of the held-out (valid and test) chapters (docs/data.md), the reference "
-        "against the same verse with the pronoun's gender flipped, pooled and per phenomenon; chance is 50. "
+        "Pronoun accuracy (%): the contrastive pronoun set of the held-out (valid and test) chapters (docs/data.md), "
+        "the reference against the same verse with the pronoun's gender flipped, pooled and per phenomenon; "
+        "chance is 50. "
         "Cost: s / update is the median over the logged training intervals of the training steps' wall time per "
         "update (validations and checkpoint saves excluded; two runs shared the machine's two cores, one torch "
         "thread each); peak train MB is the training process's peak resident memory.")
