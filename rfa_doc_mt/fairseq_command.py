@@ -10,17 +10,20 @@ in every run and in every worker it spawns. ``scripts/train.sh`` and ``scripts/d
 fairseq this way, and so does ``python -m rfa_doc_mt.data.prepare`` its binarization; the console
 scripts work as well.
 
-One addition: a ``fairseq-train`` run that finishes writes ``SAVE_DIR/train.resources.json``, the
+Two additions. ``fairseq-train`` keeps the memory it frees for its next update
+(:func:`keep_freed_memory`). And a ``fairseq-train`` run that finishes writes ``SAVE_DIR/train.resources.json``, the
 peak resident memory of its processes (this one and the workers it spawned) and its seconds; a
 run resumed from its checkpoint_last.pt (trained on under a raised ``--max-update``) adds to what
 its earlier finished starts wrote: the highest peak, the seconds summed. :func:`option_value` and
 :func:`without_option` read and edit such command lines as argparse reads them.
 """
 
+import ctypes
 import importlib
 import json
 import logging
 import os
+import platform
 import resource
 import sys
 import time
@@ -32,6 +35,34 @@ COMMANDS = {"fairseq-train": "fairseq_cli.train", "fairseq-generate": "fairseq_c
 # These set up the root logger before they import fairseq (whose import would otherwise set it up
 # its own way); fairseq-generate sets it up after, as fairseq's import left it.
 LOGGING_FIRST = ("fairseq-train", "fairseq-validate", "fairseq-interactive")
+
+
+# glibc's malloc gives every freed block above its mmap threshold (32 MB at most) back to the
+# kernel and maps a new one at the next request, which then faults in page by page: a training
+# update's logits and their gradients (tokens x vocabulary floats: 109 MB for 3400 tokens and 8k
+# pieces) go that way at every update, and on a 2-core machine a third of a CPU update's time went
+# to those faults (docs/training.md). Kept in the heap, the next update reuses them. The options are
+# mallopt's (glibc's malloc.h); the environment variables are how glibc takes them at a process's
+# start, for the workers a run spawns.
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+KEPT_MALLOC_OPTIONS = {"MALLOC_MMAP_MAX_": (M_MMAP_MAX, 0), "MALLOC_TRIM_THRESHOLD_": (M_TRIM_THRESHOLD, 2 ** 31 - 1)}
+
+
+def keep_freed_memory() -> List[str]:
+    """Make glibc's malloc keep freed memory in this process and the processes it starts: no
+    block served by a fresh mapping, none trimmed from the heap's top. An option the environment
+    already sets is left as it is; nothing changes where the C library is not glibc. Returns the
+    options set."""
+    if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
+        return []
+    mallopt = ctypes.CDLL(None).mallopt
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    chosen = []
+    for variable, (option, value) in KEPT_MALLOC_OPTIONS.items():
+        if variable not in os.environ and mallopt(option, value) == 1:
+            os.environ[variable] = str(value)
+            chosen.append(variable)
+    return chosen
 
 
 def configure_logging(command: str) -> None:
@@ -51,6 +82,8 @@ def main(argv=None) -> int:
               file=sys.stdout if asked else sys.stderr)
         return 0 if asked else 2
     configure_logging(argv[0])
+    if argv[0] == "fairseq-train":
+        keep_freed_memory()
     start = time.monotonic()
     resumed = argv[0] == "fairseq-train" and os.path.isfile(os.path.join(save_dir(argv[1:]), "checkpoint_last.pt"))
     command = importlib.import_module(COMMANDS[argv[0]])
