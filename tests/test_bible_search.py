@@ -3,6 +3,8 @@ and setting it chooses from validation s-BLEU, and what it refuses. No training.
 
 import json
 import os
+import shlex
+import subprocess
 
 import pytest
 
@@ -127,3 +129,19 @@ def test_the_table_of_a_search_under_way_marks_what_still_trains(corpora, tmp_pa
     assert rows["bpe8k"][-1] == "**chosen**" and rows["bpe8k-lr3e-3"][-1] == ""
     assert rows["bpe8k-lr3e-3"][1] == "to 1000" and rows["bpe8k-2+2"][1] == "no" and rows["bpe4k"][1] == "yes"
     assert "the choice may still change" in (out / "search.md").read_text()
+
+
+def test_every_setting_trains_at_the_learning_rate_it_was_searched_at():
+    """The configs took stage 2's winning rate after the search: each setting's run must still train
+    at its own rate (the configs' TRAIN_ARGS, then the setting's overrides; fairseq takes the last
+    --lr), so that the search reruns as it ran."""
+    script = f'source {shlex.quote(os.path.join(bible_search.ROOT, bible_search.CONFIG))}; echo "$TRAIN_ARGS"'
+    configs = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.split()
+
+    def learning_rate(setting):
+        words = configs + bible_search.train_args(setting)
+        return [words[i + 1] for i, word in enumerate(words) if word == "--lr"][-1]
+
+    rates = {setting.name: learning_rate(setting) for setting in bible_search.stage1() + bible_search.stage2("bpe8k")}
+    assert rates == {"bpe4k": "2e-3", "bpe8k": "2e-3", "bpe16k": "2e-3", "bpe27k": "2e-3",
+                     "bpe8k-lr3e-3": "3e-3", "bpe8k-2+2": "2e-3"}
