@@ -298,7 +298,8 @@ def test_row_seeds_add_a_third_seed_to_the_rows_named_and_rows_train_part(capsys
     assert [row for row, _ in part] == ["rfa_sgate_L15", "rfa_sgate_L15_seed2", "memory"]
     for argv, message in ((["context_length", "--rows", "rfa_sgate_L16"], "no row rfa_sgate_L16"),
                           (["all", "--rows", "memory"], "goes with one experiment"),
-                          (["rfa_table1", "--rows", "rfa_L4"], "only with --converge")):
+                          (["rfa_table1", "--rows", "rfa_L4"], "only with --converge"),
+                          (["context_length", "--curves"], "--curves goes with --status")):
         with pytest.raises(SystemExit):
             main([*argv, "--out", "/nonexistent"])
         assert message in capsys.readouterr().err
@@ -336,6 +337,22 @@ def test_status_tells_each_run_not_started_training_or_trained(tmp_path, capsys)
     assert states["c"] == states["a"] == "trained, kept (--keep): the next run of this command restores it"
     assert "elsewhere" not in states and states["b"].startswith("trained: stopped on its patience")
     assert "5 runs: 4 trained, 1 training or interrupted, 0 not started" in capsys.readouterr().out
+
+
+def test_status_curves_give_every_validation_with_its_epochs(tmp_path, capsys):
+    from rfa_doc_mt.reproduce.running import print_status, run_curve
+
+    write_log(str(tmp_path / "a"), CURVE[:3])
+    assert run_curve(str(tmp_path / "a")) == ("validation s-BLEU at update: 100 10.00, 200 60.00, 300 85.00")
+    with open(tmp_path / "a" / "train.log", "a") as handle:  # fairseq's progress line: an epoch is 400 updates
+        handle.write("2026-01-01 00:00:00 | INFO | train_inner | epoch 002:    50 / 400 loss=5.2, num_updates=450\n")
+    assert run_curve(str(tmp_path / "a")) == (
+        "validation s-BLEU at update (epochs: 400 updates each): 100 (0.2) 10.00, 200 (0.5) 60.00, 300 (0.8) 85.00")
+    assert run_curve(str(tmp_path / "none")) is None
+    print_status(str(tmp_path), [System("A", "configs/a.sh", name=name) for name in ("a", "b")], curves=True)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[0] == "a" and lines[2].strip() == run_curve(str(tmp_path / "a"))
+    assert lines[3].split() == ["b", "not", "started"] and len(lines) == 4
 
 
 def test_the_early_stopping_counter_survives_a_resume(monkeypatch):

@@ -69,7 +69,8 @@ def test_a_run_not_evaluated_yet_counts_its_training_only(tmp_path, capsys):
     out = capsys.readouterr().out
     written = json.loads((tmp_path / "taken.json").read_text())
     assert written["slots"] == 2 and [run["updates"] for run in written["runs"]] == [3000]
-    assert "| context-lsh_L15 | 2 | 3000 | 40.0 | — | 40.0 |" in out
+    # 40 minutes for 3000 updates; the log's intervals carry no train_wall: no step time
+    assert "| context-lsh_L15 | 2 | 3000 | 40.0 | — | 40.0 | 13.3 | — |" in out
     assert "0.7 hours of one run slot" in out and "0.3 hours of 2 slots" in out and "1 without" in out
 
 
@@ -77,3 +78,17 @@ def test_a_folder_without_a_training_log_is_refused(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main([str(tmp_path / "empty")]) == 2
     assert "no train.log" in capsys.readouterr().err
+
+
+def test_the_step_time_is_the_median_training_step_and_leaves_the_validations_out(tmp_path, capsys):
+    # 50 updates a log interval, 45 s and 60 s inside the training steps; the 10-minute gap before
+    # 150 is a validation: the hour-long training time counts it, the step time does not
+    lines = start("10:00:00") + [
+        fairseq_line(when, f"train_inner | epoch 001:  {n} / 400 loss=5.2, ups=1.1, num_updates={n}, "
+                           f"train_wall={wall}, wall=0")
+        for when, n, wall in (("10:00:45", 50, 45), ("10:01:45", 100, 60), ("10:12:30", 150, 45))] + [
+        fairseq_line("11:00:00", "train | epoch 001 | loss 5.0 | num_updates 200")]
+    folder = write_run(tmp_path / "bible-transformer_L4", lines, decoded=None)
+    assert run_taken(folder)["step_seconds"] == pytest.approx(45 / 50)
+    assert main([folder]) == 0
+    assert "| bible-transformer_L4 | 1 | 200 | 60.0 | — | 60.0 | 300.0 | 0.90 |" in capsys.readouterr().out

@@ -246,6 +246,8 @@ def main(argv=None) -> int:
     parser.add_argument("--status", action="store_true",
                         help="where a reproduction in --out stands: each run trained, training (or interrupted) or "
                              "not started, with its updates and validation scores; trains nothing")
+    parser.add_argument("--curves", action="store_true",
+                        help="with --status: each run's whole validation curve too, every point with its epochs")
     parser.add_argument("--list", action="store_true",
                         help="list experiments, corpora and systems (Table 1's search and seeds), then exit")
     args = parser.parse_args(argv)
@@ -318,6 +320,8 @@ def main(argv=None) -> int:
         parser.error(f"{args.experiment} trains every run on --corpus {args.corpus} until it stops improving: "
                      "give --converge")
     out = os.path.abspath(args.out)
+    if args.curves and not args.status:
+        parser.error("--curves goes with --status")
     if args.status:
         plan = []
         for experiment in experiments:
@@ -329,7 +333,7 @@ def main(argv=None) -> int:
                 rows = [(row, system) for row, chosen in search.plans.items() for _, system in chosen.seeds]
             plan += systems_to_train(rows)
         print_status(os.path.join(out, "runs"), list({system.key: system for system in plan}.values()),
-                     kept_runs(args.keep))
+                     kept_runs(args.keep), curves=args.curves)
         return 0
     command = "scripts/" + ("reproduce_all.sh" if args.experiment == "all" else f"reproduce_{args.experiment}.sh") \
         + "".join(f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:])[1:])

@@ -397,10 +397,29 @@ def run_status(run_dir: str, first_stage: bool = False) -> str:
     return f"trained: {how}, {updates} updates; {figures}; {scored}"
 
 
-def print_status(runs: str, systems: Sequence[System], kept: Sequence[str] = ()) -> Dict[str, str]:
+def run_curve(run_dir: str) -> Optional[str]:
+    """A run's whole validation curve on one line, each point's update, its epochs in brackets (where
+    the log says how long an epoch is) and its score: how runs of different window sizes, whose
+    epochs differ in updates, compare per pass over the data. None before the first validation."""
+    from .tables import learning_curve, updates_per_epoch
+
+    curve, metric = learning_curve(run_dir, "bleu"), "validation s-BLEU"
+    if not curve:
+        curve, metric = learning_curve(run_dir, "loss"), "validation loss"
+    if not curve:
+        return None
+    epoch = updates_per_epoch(run_dir)
+    points = [f"{updates}{f' ({updates / epoch:.1f})' if epoch else ''} {score:.2f}" for updates, score in curve]
+    return (f"{metric} at update{' (epochs: ' + str(epoch) + ' updates each)' if epoch else ''}: "
+            + ", ".join(points))
+
+
+def print_status(runs: str, systems: Sequence[System], kept: Sequence[str] = (),
+                 curves: bool = False) -> Dict[str, str]:
     """Each run of ``systems`` (and any other run under ``runs``: Table 1's search settings) with
     :func:`run_status`, and a count; {run: state}. A run that ``runs`` has not finished but that
-    is among the ``kept`` ones (--keep) is said to be kept: the next run of the command restores it."""
+    is among the ``kept`` ones (--keep) is said to be kept: the next run of the command restores it.
+    ``curves``: each run's validation curve under its line (:func:`run_curve`)."""
     keys = [system.key for system in systems]
     if os.path.isdir(runs):
         keys += sorted(name for name in os.listdir(runs)
@@ -418,6 +437,9 @@ def print_status(runs: str, systems: Sequence[System], kept: Sequence[str] = ())
     width = max((len(key) for key in states), default=0)
     for key, state in states.items():
         print(f"  {key:{width}s}  {state}")
+        curve = run_curve(os.path.join(runs, key)) if curves else None
+        if curve:
+            print(f"  {'':{width}s}    {curve}")
     return states
 
 

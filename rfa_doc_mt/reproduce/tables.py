@@ -62,6 +62,7 @@ def system_results(run_dir: str, parent_dir: Optional[str] = None) -> dict:
 
 VALID_LINE = re.compile(r"valid on '(?P<subset>[^']+)' subset \|.*?\| num_updates (?P<updates>\d+)")
 UPDATES = re.compile(r"num_updates[ =](\d+)")
+EPOCH_LENGTH = re.compile(r"train_inner \| epoch \d+: +\d+ / (\d+) ")
 
 
 def learning_curve(run_dir: str, metric: str = "loss") -> List[Tuple[int, float]]:
@@ -79,6 +80,19 @@ def learning_curve(run_dir: str, metric: str = "loss") -> List[Tuple[int, float]
                 if found:
                     points[int(match["updates"])] = float(found["value"])
     return sorted(points.items())
+
+
+def updates_per_epoch(run_dir: str) -> Optional[int]:
+    """Updates an epoch takes, from the first progress line of the run's train.log that says
+    (fairseq's ``epoch 003:    262 / 1048``); None before the first one."""
+    path = os.path.join(run_dir, "train.log")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                found = EPOCH_LENGTH.search(line)
+                if found:
+                    return int(found.group(1))
+    return None
 
 
 def trained_updates(run_dir: str) -> Optional[int]:

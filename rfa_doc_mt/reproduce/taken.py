@@ -25,7 +25,7 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 from ..provenance import write_json
-from .context_length import TRANSLATED
+from .context_length import TRANSLATED, seconds_per_update
 from .running import ALONE
 from .tables import markdown
 
@@ -94,21 +94,29 @@ def run_taken(run_dir: str) -> dict:
     return {"run": os.path.basename(os.path.normpath(run_dir)), "starts": len(segments),
             "first": segments[0][0].isoformat(" "), "last": segments[-1][1].isoformat(" "),
             "updates": updates_trained(lines), "train_seconds": train, "evaluation_seconds": evaluation,
-            "seconds": train + (evaluation or 0.0)}
+            "seconds": train + (evaluation or 0.0), "step_seconds": seconds_per_update(run_dir)}
 
 
 def report(rows: List[dict], slots: int) -> str:
     def minutes(seconds: Optional[float]) -> str:
         return "—" if seconds is None else f"{seconds / 60:.1f}"
 
-    table = markdown(["run", "starts", "updates", "training min", "evaluation min", "min"],
+    def per_thousand(row: dict) -> str:
+        return f"{row['train_seconds'] / 60 / row['updates'] * 1000:.1f}" if row["updates"] else "—"
+
+    table = markdown(["run", "starts", "updates", "training min", "evaluation min", "min", "training min / 1000 updates",
+                      "s / update (steps)"],
                      [[row["run"], str(row["starts"]), "—" if row["updates"] is None else str(row["updates"]),
-                       minutes(row["train_seconds"]), minutes(row["evaluation_seconds"]), minutes(row["seconds"])]
+                       minutes(row["train_seconds"]), minutes(row["evaluation_seconds"]), minutes(row["seconds"]),
+                       per_thousand(row), "—" if row["step_seconds"] is None else f"{row['step_seconds']:.2f}"]
                       for row in rows])
     total = sum(row["seconds"] for row in rows)
     missing = sum(row["evaluation_seconds"] is None for row in rows)
     training = sum(row["train_seconds"] for row in rows)
-    return (f"{table}\n\n{len(rows)} runs: {total / 3600:.1f} hours of one run slot in all (training "
+    return (f"{table}\n\ntraining min / 1000 updates: the training time (validations, checkpoint saves and the "
+            "updates an interruption made train twice included) over the updates; s / update (steps): the median "
+            "training step alone (fairseq's train_wall per update)\n\n"
+            f"{len(rows)} runs: {total / 3600:.1f} hours of one run slot in all (training "
             f"{training / 3600:.1f}), {total / 3600 / slots:.1f} hours of {slots} slots side by side at best"
             + (f"; {missing} without the evaluation's times (not counted)" if missing else ""))
 
