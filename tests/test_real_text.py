@@ -109,6 +109,29 @@ def test_the_table_groups_seeds_and_compares_each_with_its_baseline_seed(tmp_pat
     assert any("L = 4 against L = 1 of the same family" in note for note in context.notes)
 
 
+def test_seeds_whose_two_runs_both_reached_the_cap_are_compared_at_that_budget_apart(tmp_path):
+    """Both runs of seeds 1 and 2 trained to the cap (4000 updates): left out of the verdict on
+    converged models, and judged together on a line of their own; seed 3's remedy reached the cap,
+    its transformer stopped on its patience: no equal budget, left out of both."""
+    faults = {"transformer_L4": (0, 9), "transformer_L4_seed2": (0, 9), "transformer_L4_seed3": (0, 9),
+              "rfa_cross_local_L4": (6, 9), "rfa_cross_local_L4_seed2": (6, 9), "rfa_cross_local_L4_seed3": (0, 9)}
+    systems, results = [], {}
+    for row, (wrong, correct) in faults.items():
+        system = System(row, f"configs/bible/{row.split('_seed')[0]}.sh", name=row)
+        systems.append((row, system))
+        results[row] = fake_run(tmp_path / row, wrong, correct, cap=row != "transformer_L4_seed3")
+    context = FakeContext(systems, results, str(tmp_path), str(tmp_path / "bible.png"))
+    table_bible(context)
+    remedy = context.extra["verdicts"]["rfa_cross_local_L4"]["against_transformer"]
+    assert remedy["seeds"] == [] and remedy["capped"] == [1, 2, 3] and remedy["s_bleu"]["verdict"] == "none"
+    assert remedy["at_cap"]["seeds"] == [1, 2] and remedy["at_cap"]["updates"] == 4000
+    assert remedy["at_cap"]["s_bleu"] == {"verdict": "below", "seeds": ["below", "below"]}
+    assert remedy["at_cap"]["pooled_consistency"]["verdict"] == "level"
+    note = next(note for note in context.notes if note.startswith("Verdicts"))
+    assert ("| RFA + 2 local cross heads | 4 | against the transformer of the same L, both at the cap (4000 updates: "
+            "an equal budget, not converged) | below (2 of 2) |") in note
+
+
 @pytest.mark.slow
 def test_the_reproduction_trains_in_its_order_and_tabulates_every_comparison(tmp_path):
     """scripts/reproduce_bible.sh's machinery end to end, on a tiny generated corpus standing in for the

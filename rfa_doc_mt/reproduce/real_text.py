@@ -140,10 +140,16 @@ def capped(result: Optional[dict]) -> bool:
     return bool(result and (result.get("convergence") or {}).get("reached_cap"))
 
 
+def last_update(result: Optional[dict]) -> Optional[int]:
+    return ((result or {}).get("convergence") or {}).get("last_update")
+
+
 def verdicts(json_rows: Sequence[dict], results: Dict[str, dict], groups) -> Dict[str, dict]:
     """Per row and comparison, what its seeds say together on each measure (context_length.verdict:
     every seed, or most of three or more); a seed whose run or baseline run the cap stopped is left
-    out (``capped``)."""
+    out (``capped``): a run still learning says nothing about where it ends. Where both runs of a
+    seed reached the same cap, the two had the same budget, and what those seeds say together is
+    kept apart (``at_cap``): a comparison at that budget, not of converged models."""
     keys = {row: dict(seeded) for row, seeded in groups.items()}
     found: Dict[str, dict] = {}
     for entry in json_rows:
@@ -152,19 +158,31 @@ def verdicts(json_rows: Sequence[dict], results: Dict[str, dict], groups) -> Dic
             if not against or not against["per_seed"]:
                 continue
             seeds, left_out, directions = [], [], {measure: [] for measure in MEASURES}
+            both_capped, at_cap = [], {measure: [] for measure in MEASURES}
             for compared in against["per_seed"]:
                 seed = compared["seed"]
-                if capped(results[keys[entry["row"]][seed].key]) or \
-                        capped(results[keys[against["baseline_row"]][seed].key]):
+                run = results[keys[entry["row"]][seed].key]
+                baseline = results[keys[against["baseline_row"]][seed].key]
+                if capped(run) or capped(baseline):
                     left_out.append(seed)
+                    if capped(run) and capped(baseline) and last_update(run) == last_update(baseline):
+                        both_capped.append(seed)
+                        for measure in MEASURES:
+                            if compared.get(measure):
+                                at_cap[measure].append(direction(compared[measure]))
                     continue
                 seeds.append(seed)
                 for measure in MEASURES:
                     if compared.get(measure):
                         directions[measure].append(direction(compared[measure]))
-            found.setdefault(entry["row"], {"system": entry["system"], "L": entry["L"]})[name] = {
-                "baseline_row": against["baseline_row"], "seeds": seeds, "capped": left_out,
-                **{measure: verdict(found_directions) for measure, found_directions in directions.items()}}
+            said = {"baseline_row": against["baseline_row"], "seeds": seeds, "capped": left_out,
+                    **{measure: verdict(found_directions) for measure, found_directions in directions.items()}}
+            if both_capped:
+                said["at_cap"] = {"seeds": both_capped,
+                                  "updates": last_update(results[keys[entry["row"]][both_capped[0]].key]),
+                                  **{measure: verdict(capped_directions)
+                                     for measure, capped_directions in at_cap.items()}}
+            found.setdefault(entry["row"], {"system": entry["system"], "L": entry["L"]})[name] = said
     return found
 
 
@@ -177,12 +195,22 @@ def verdicts_note(json_rows: Sequence[dict], found: Dict[str, dict]) -> str:
             return "—"
         return f"{said} ({figures['seeds'].count(said)} of {len(figures['seeds'])})"
 
-    lines = [[row["system"], str(row["L"]), title, *[cell(row[name][measure]) for measure in MEASURES]]
-             for row in found.values() for name, _, title in COMPARISONS if name in row]
+    lines = []
+    for row in found.values():
+        for name, _, title in COMPARISONS:
+            if name in row:
+                lines.append([row["system"], str(row["L"]), title,
+                              *[cell(row[name][measure]) for measure in MEASURES]])
+                at_cap = row[name].get("at_cap")
+                if at_cap:
+                    lines.append([row["system"], str(row["L"]), f"{title}, both at the cap ({at_cap['updates']} "
+                                  "updates: an equal budget, not converged)",
+                                  *[cell(at_cap[measure]) for measure in MEASURES]])
     return ("Verdicts, each row's seeds together: above or below where a seed's 95% interval excludes zero on that "
             "side, level where it contains zero; the verdict every seed gives, or with three seeds or more the one "
             "most give (how many: in brackets); where they disagree, one more seed decides. A seed stopped by the "
-            "cap, or compared with a run stopped by it, is left out.\n\n"
+            "cap, or compared with a run stopped by it, is left out; where both runs of a seed reached the same "
+            "cap, what those seeds say is on a line of its own, a comparison at that budget.\n\n"
             + markdown(["system", "L", "comparison", *[MEASURE_NAMES[m] for m in MEASURES]], lines))
 
 
