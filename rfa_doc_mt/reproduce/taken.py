@@ -104,8 +104,8 @@ def report(rows: List[dict], slots: int) -> str:
     def per_thousand(row: dict) -> str:
         return f"{row['train_seconds'] / 60 / row['updates'] * 1000:.1f}" if row["updates"] else "—"
 
-    table = markdown(["run", "starts", "updates", "training min", "evaluation min", "min", "training min / 1000 updates",
-                      "s / update (steps)"],
+    table = markdown(["run", "starts", "updates", "training min", "evaluation min", "min",
+                      "training min / 1000 updates", "s / update (steps)"],
                      [[row["run"], str(row["starts"]), "—" if row["updates"] is None else str(row["updates"]),
                        minutes(row["train_seconds"]), minutes(row["evaluation_seconds"]), minutes(row["seconds"]),
                        per_thousand(row), "—" if row["step_seconds"] is None else f"{row['step_seconds']:.2f}"]
