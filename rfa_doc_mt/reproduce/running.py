@@ -370,19 +370,25 @@ def run_systems(requests: Sequence[Request], data: str, runs: str, jobs: int,
 # where a reproduction stands
 
 
+def validation_curve(run_dir: str) -> Tuple[List[Tuple[int, float]], str]:
+    """A run's validation curve and what it measures: s-BLEU where it validates on BLEU, else loss."""
+    from .tables import learning_curve
+
+    curve = learning_curve(run_dir, "bleu")
+    return (curve, "validation s-BLEU") if curve else (learning_curve(run_dir, "loss"), "validation loss")
+
+
 def run_status(run_dir: str, first_stage: bool = False) -> str:
     """One run's state from its files: not started, training (updates so far and its validation
     s-BLEU, or loss), or finished (where it stopped and why, whether its test split is scored; a
     ``first_stage``, which another run is fine-tuned from, is not scored)."""
     from .convergence import stopped_early
-    from .tables import learning_curve, trained_updates
+    from .tables import trained_updates
 
     if not os.path.isfile(os.path.join(run_dir, "train.log")):
         return "not started"
     updates = trained_updates(run_dir)
-    curve, metric = learning_curve(run_dir, "bleu"), "validation s-BLEU"
-    if not curve:
-        curve, metric = learning_curve(run_dir, "loss"), "validation loss"
+    curve, metric = validation_curve(run_dir)
     if curve:
         best = (max if metric.endswith("BLEU") else min)(score for _, score in curve)
         best_update = max(u for u, score in curve if score == best)
@@ -401,11 +407,9 @@ def run_curve(run_dir: str) -> Optional[str]:
     """A run's whole validation curve on one line, each point's update, its epochs in brackets (where
     the log says how long an epoch is) and its score: how runs of different window sizes, whose
     epochs differ in updates, compare per pass over the data. None before the first validation."""
-    from .tables import learning_curve, updates_per_epoch
+    from .tables import updates_per_epoch
 
-    curve, metric = learning_curve(run_dir, "bleu"), "validation s-BLEU"
-    if not curve:
-        curve, metric = learning_curve(run_dir, "loss"), "validation loss"
+    curve, metric = validation_curve(run_dir)
     if not curve:
         return None
     epoch = updates_per_epoch(run_dir)
