@@ -38,13 +38,14 @@ CURVE = [(100, 10.0), (200, 60.0), (300, 85.0), (400, 89.0), (500, 90.5), (600, 
          (800, 90.9), (900, 90.7), (1000, 91.0), (1100, 90.6), (1200, 90.8)]
 
 
-def write_log(run_dir, curve, early=False, repeat_from=None):
-    """A train.log with fairseq's validation lines (and a resumed run's repeated ones)."""
+def write_log(run_dir, curve, early=False, repeat_from=None, nll=None):
+    """A train.log with fairseq's validation lines (and a resumed run's repeated ones); ``nll``:
+    each validation's nll_loss (else 0.5)."""
     os.makedirs(run_dir, exist_ok=True)
     lines = []
-    for updates, bleu in curve:
+    for index, (updates, bleu) in enumerate(curve):
         lines.append(f"2026-01-01 00:00:00 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 1.5 | "
-                     f"nll_loss 0.5 | ppl 1.4 | bleu {bleu} | wps 100 | wpb 900 | bsz 90 | num_updates {updates} | "
+                     f"nll_loss {nll[index] if nll else 0.5} | ppl 1.4 | bleu {bleu} | wps 100 | wpb 900 | bsz 90 | num_updates {updates} | "
                      f"best_bleu {bleu}")
         if repeat_from is not None and updates == repeat_from:  # killed after this validation, resumed from it
             lines.append(lines[-1])
@@ -342,12 +343,14 @@ def test_status_tells_each_run_not_started_training_or_trained(tmp_path, capsys)
 def test_status_curves_give_every_validation_with_its_epochs(tmp_path, capsys):
     from rfa_doc_mt.reproduce.running import print_status, run_curve
 
-    write_log(str(tmp_path / "a"), CURVE[:3])
-    assert run_curve(str(tmp_path / "a")) == ("validation s-BLEU at update: 100 10.00, 200 60.00, 300 85.00")
+    write_log(str(tmp_path / "a"), CURVE[:3], nll=[4.25, 3.5, 3.125])
+    assert run_curve(str(tmp_path / "a")) == (
+        "validation s-BLEU / NLL at update: 100 10.00 / 4.250, 200 60.00 / 3.500, 300 85.00 / 3.125")
     with open(tmp_path / "a" / "train.log", "a") as handle:  # fairseq's progress line: an epoch is 400 updates
         handle.write("2026-01-01 00:00:00 | INFO | train_inner | epoch 002:    50 / 400 loss=5.2, num_updates=450\n")
     assert run_curve(str(tmp_path / "a")) == (
-        "validation s-BLEU at update (epochs: 400 updates each): 100 (0.2) 10.00, 200 (0.5) 60.00, 300 (0.8) 85.00")
+        "validation s-BLEU / NLL at update (epochs: 400 updates each): 100 (0.2) 10.00 / 4.250, "
+        "200 (0.5) 60.00 / 3.500, 300 (0.8) 85.00 / 3.125")
     assert run_curve(str(tmp_path / "none")) is None
     print_status(str(tmp_path), [System("A", "configs/a.sh", name=name) for name in ("a", "b")], curves=True)
     lines = capsys.readouterr().out.splitlines()

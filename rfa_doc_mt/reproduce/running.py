@@ -406,15 +406,19 @@ def run_status(run_dir: str, first_stage: bool = False) -> str:
 def run_curve(run_dir: str) -> Optional[str]:
     """A run's whole validation curve on one line, each point's update, its epochs in brackets (where
     the log says how long an epoch is) and its score: how runs of different window sizes, whose
-    epochs differ in updates, compare per pass over the data. None before the first validation."""
-    from .tables import updates_per_epoch
+    epochs differ in updates, compare per pass over the data. Where the score is s-BLEU, each
+    point's validation NLL (fairseq's ``nll_loss``, bits a token) follows it: a loss still falling
+    where the s-BLEU has levelled off is a run still learning. None before the first validation."""
+    from .tables import learning_curve, updates_per_epoch
 
     curve, metric = validation_curve(run_dir)
     if not curve:
         return None
     epoch = updates_per_epoch(run_dir)
-    points = [f"{updates}{f' ({updates / epoch:.1f})' if epoch else ''} {score:.2f}" for updates, score in curve]
-    return (f"{metric} at update{' (epochs: ' + str(epoch) + ' updates each)' if epoch else ''}: "
+    losses = dict(learning_curve(run_dir, "nll_loss")) if metric.endswith("BLEU") else {}
+    points = [f"{updates}{f' ({updates / epoch:.1f})' if epoch else ''} {score:.2f}"
+              f"{f' / {losses[updates]:.3f}' if updates in losses else ''}" for updates, score in curve]
+    return (f"{metric}{' / NLL' if losses else ''} at update{' (epochs: ' + str(epoch) + ' updates each)' if epoch else ''}: "
             + ", ".join(points))
 
 
