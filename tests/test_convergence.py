@@ -45,7 +45,8 @@ def write_log(run_dir, curve, early=False, repeat_from=None, nll=None):
     lines = []
     for index, (updates, bleu) in enumerate(curve):
         lines.append(f"2026-01-01 00:00:00 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 1.5 | "
-                     f"nll_loss {nll[index] if nll else 0.5} | ppl 1.4 | bleu {bleu} | wps 100 | wpb 900 | bsz 90 | num_updates {updates} | "
+                     f"nll_loss {nll[index] if nll else 0.5} | ppl 1.4 | bleu {bleu} | wps 100 | wpb 900 | bsz 90 | "
+                     f"num_updates {updates} | "
                      f"best_bleu {bleu}")
         if repeat_from is not None and updates == repeat_from:  # killed after this validation, resumed from it
             lines.append(lines[-1])

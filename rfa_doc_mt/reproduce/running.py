@@ -418,8 +418,8 @@ def run_curve(run_dir: str) -> Optional[str]:
     losses = dict(learning_curve(run_dir, "nll_loss")) if metric.endswith("BLEU") else {}
     points = [f"{updates}{f' ({updates / epoch:.1f})' if epoch else ''} {score:.2f}"
               f"{f' / {losses[updates]:.3f}' if updates in losses else ''}" for updates, score in curve]
-    return (f"{metric}{' / NLL' if losses else ''} at update{' (epochs: ' + str(epoch) + ' updates each)' if epoch else ''}: "
-            + ", ".join(points))
+    epochs = f" (epochs: {epoch} updates each)" if epoch else ""
+    return f"{metric}{' / NLL' if losses else ''} at update{epochs}: " + ", ".join(points)
 
 
 def print_status(runs: str, systems: Sequence[System], kept: Sequence[str] = (),
