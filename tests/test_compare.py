@@ -248,3 +248,32 @@ def test_consistency_reports_record_each_examples_distance():
     examples.append({"src": "b", "dst": ["x", "x"], "true_ind": 0, "ctx_dist": 5})  # one distinct text: skipped
     report = accuracy_report(examples, [[0.1, 0.9]] * 4)
     assert report["distances"] == [3, 1, 8] and len(report["correct"]) == 3
+
+
+def test_by_position_groups_each_sentence_by_the_context_its_window_holds(tmp_path, capsys):
+    documents = [Document("a", 5), Document("b", 1), Document("c", 3)]
+    assert compare.position_groups(documents, 4) == {"first": [0, 5, 6], "2-3": [1, 2, 7, 8], "4 on": [3, 4]}
+    assert compare.position_groups(documents, 3) == {"first": [0, 5, 6], "2": [1, 7], "3 on": [2, 3, 4, 8]}
+    assert compare.position_groups(documents, 2) == {"first": [0, 5, 6], "2 on": [1, 2, 3, 4, 7, 8]}
+    with pytest.raises(ValueError, match="holds no context"):
+        compare.position_groups(documents, 1)
+    # a system that is better only where the window is full of context: level on the first sentences
+    full = [i for k in range(10) for i in range(10 * k + 3, 10 * k + 10)]
+    baseline = corrupt(REFERENCES, set(range(100)))
+    system = corrupt(REFERENCES, set(range(100)) - set(full))
+    found = {c.metric: c for c in compare.by_position(baseline, system, REFERENCES, DOCUMENTS, 4, samples=200)}
+    assert list(found) == ["s-BLEU, sentence first", "s-BLEU, sentence 2-3", "s-BLEU, sentence 4 on"]
+    assert [found[name].units for name in found] == [10, 20, 70]
+    assert found["s-BLEU, sentence first"].difference == 0 and found["s-BLEU, sentence 2-3"].difference == 0
+    assert found["s-BLEU, sentence 4 on"].interval[0] > 0
+    (tmp_path / "ref").write_text("\n".join(REFERENCES) + "\n")
+    (tmp_path / "a").write_text("\n".join(baseline) + "\n")
+    (tmp_path / "b").write_text("\n".join(system) + "\n")
+    (tmp_path / "docs").write_text("".join(f"10\td{k}\n" for k in range(10)))
+    arguments = ["--ref", str(tmp_path / "ref"), "--docs", str(tmp_path / "docs"), "--baseline", str(tmp_path / "a"),
+                 "--system", str(tmp_path / "b"), "--samples", "200"]
+    printed = [c.metric for c in compare.main(arguments + ["--by-position", "4"])]
+    assert printed == ["s-BLEU", "d-BLEU", *found]
+    assert "s-BLEU, sentence 4 on" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        compare.main(arguments + ["--by-position", "1"])

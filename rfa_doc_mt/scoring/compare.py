@@ -23,6 +23,12 @@ s-BLEU, d-BLEU and contrastive consistency, with the difference and its 95% inte
   difference lies at least as far from the observed one as the observed one lies from zero,
   (1 + count) / (1 + resamples).
 
+* **By position** (``--by-position L``): s-BLEU compared again within three groups of
+  sentences, by how much of a window of L sentences their context fills: a document's first
+  sentence (its window holds no context), the next L - 2 (part of it), and the rest (all of
+  it). Where context pays, a model of L sentences gains on the later groups and not on the
+  first; a gap the first group shows too is not about the context.
+
 Two identical outputs differ nowhere: the difference is 0 in every resample and nothing
 could be significant, so the p-value is 1; so too for two outputs whose scores no resample
 tells apart (both 0 BLEU, say). (sacrebleu's tests count resamples whose difference *exceeds*
@@ -302,6 +308,36 @@ def compare_outputs(baseline: Sequence[str], system: Sequence[str], references: 
     return comparisons
 
 
+def position_groups(documents: Sequence, window: int) -> Dict[str, List[int]]:
+    """The sentences' indices (documents in order) by how much of a window of ``window``
+    sentences their context fills: {"first": no context, "2-(L-1)": part of it, "L on": all of it};
+    at ``window`` 2 no sentence fills part of it."""
+    if window < 2:
+        raise ValueError(f"a window of {window} sentence holds no context: give L of 2 or more")
+    names = ("first", f"2-{window - 1}" if window > 3 else "2", f"{window} on")
+    groups: Dict[str, List[int]] = {name: [] for name in (names if window > 2 else (names[0], names[2]))}
+    start = 0
+    for document in documents:
+        for position in range(document.num_sentences):
+            name = names[0] if position == 0 else names[2] if position >= window - 1 else names[1]
+            groups[name].append(start + position)
+        start += document.num_sentences
+    return groups
+
+
+def by_position(baseline: Sequence[str], system: Sequence[str], references: Sequence[str], documents: Sequence,
+                window: int, test: str = "bs", samples: Optional[int] = None, seed: int = DEFAULT_SEED,
+                tokenize: str = "13a") -> List[Comparison]:
+    """s-BLEU of two systems compared within each of :func:`position_groups` (its empty groups left out)."""
+    comparisons = []
+    for name, indices in position_groups(documents, window).items():
+        if indices:
+            comparisons.append(bleu_comparison([baseline[i] for i in indices], [system[i] for i in indices],
+                                               [references[i] for i in indices], f"s-BLEU, sentence {name}",
+                                               "sentences", test, samples, seed, tokenize))
+    return comparisons
+
+
 def compare_runs(baseline_dir: str, system_dir: str, split: str = "test", **options) -> List[Comparison]:
     """Two run directories of scripts/run_system.sh (SPLIT.hyp, .ref, .docs, consistency.json)."""
     def path(directory, name):
@@ -346,6 +382,9 @@ def main(argv=None) -> List[Comparison]:
     parser.add_argument("--distances", metavar="LOW-HIGH",
                         help="consistency over the examples whose antecedent lies LOW-HIGH sentences back only "
                              "(e.g. 8-14; the reports' per-example distances)")
+    parser.add_argument("--by-position", type=int, metavar="L",
+                        help="also s-BLEU within a document's first sentences, its 2nd to (L-1)th and the rest: "
+                             "where a window of L sentences holds no context, part of it, all of it")
     parser.add_argument("--test", choices=sorted(TESTS), default="bs",
                         help="BLEU's test: bs = paired bootstrap (default), ar = approximate randomization")
     parser.add_argument("--samples", type=int,
@@ -369,10 +408,15 @@ def main(argv=None) -> List[Comparison]:
         if args.baseline_consistency else [None, None]
     if (args.phenomena or args.distances) and not args.baseline_consistency:
         parser.error("--phenomena and --distances select contrastive examples: give the consistency reports")
+    if args.by_position is not None and args.by_position < 2:
+        parser.error("--by-position: a window of fewer than 2 sentences holds no context")
     comparisons = compare_outputs(baseline, system, references, documents, *reports, test=args.test,
                                   samples=args.samples, seed=args.seed, tokenize=args.tokenize,
                                   phenomena=args.phenomena.split(",") if args.phenomena else None,
                                   distances=parse_distances(args.distances) if args.distances else None)
+    if args.by_position:
+        comparisons += by_position(baseline, system, references, documents, args.by_position, test=args.test,
+                                   samples=args.samples, seed=args.seed, tokenize=args.tokenize)
     print(format_comparisons(comparisons, args.baseline, args.system))
     if args.json:
         with atomic_write(args.json) as handle:
