@@ -102,8 +102,8 @@ def main(argv=None) -> List[dict]:
         task.load_dataset(args.split)
         by_place = window_loss(model, task.datasets[args.split], task.target_separator, task.target_dictionary.pad(),
                                args.windows)
-        results.append({"name": os.path.basename(os.path.dirname(os.path.abspath(path))), "checkpoint": path, "updates": updates, "split": args.split,
-                        "by_place": by_place})
+        results.append({"name": os.path.basename(os.path.dirname(os.path.abspath(path))), "checkpoint": path,
+                        "updates": updates, "split": args.split, "by_place": by_place})
         print(f"{path}: {updates} updates", file=sys.stderr)
     tokens = [{place: cell["tokens"] for place, cell in result["by_place"].items()} for result in results]
     if any(counted != tokens[0] for counted in tokens[1:]):
