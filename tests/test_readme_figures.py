@@ -31,12 +31,12 @@ FIGURE = re.compile(rf"(?<![\w.]){DECIMAL}(?:\s*±\s*\d+\.\d+)?|(?<![\w.,]){WHOL
 # (Python 3.11, torch 2.13.0), a file or commit name, and the settings a measurement was taken at:
 # a window (L = 15), a context size (k=12), a range of distances (8-14 sentences back), the decoding
 # bounds (beam 4, 64 windows a batch, 1.2 x the source + 10), a size (a 16-slot memory, a 2-core CPU), a
-# threshold (updates to 99% of the best)
+# threshold (updates to 99% of the best), the coverage of an interval (its 95% interval)
 NOT_A_FIGURE = re.compile(
     r"(?:al\.|[A-Z][a-z]+|and [A-Z]\w+) (?:19|20)\d\d\b|(?:Python|torch|fairseq|triton|numpy) [\d.]+"
     r"|\b[0-9a-f]{7}\b|\w+\.(?:md|py|sh|json|png)\b|\b[Lk] ?= ?\d+(?:, \d+)*(?:,? (?:and|or|to) \d+)?"
     r"|\b\d+-\d+\b(?!\.)|\b\d+-(?:slot|core)\b|\bbeam \d+|\d+ windows a batch|[\d.]+ x the source \+ \d+"
-    r"|updates to \d+%")
+    r"|updates to \d+%|\d+% interval")
 
 
 def prose(markdown: str) -> str:
