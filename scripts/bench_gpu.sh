@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
 # RFA against the transformer on one GPU, eager and fused decoding (docs/benchmarks.md, On a GPU):
 #   scripts/bench_gpu.sh OUT_DIR [--data DIR] [--dtype2 fp16|bf16] [--dry-run]
-# Plan, sized for at most 8 minutes on one H100: the three steps share a budget of 465 s, each capped
-# (a step that fails or runs out of time leaves what it measured, and the next step runs):
-#   1. decode speed in fp32 (cap 295 s, expected ~4.75 min): the paper's batches (--batch-scale 1), L = 1,2,3,4,5,
-#      10,15 in the order 1, 15, 4, 10, 2, 3, 5 (the ends first: cut short, its JSON keeps the L that matter
-#      most), beam 4, outputs forced to the reference length, one batch per L; the transformer, RFA on the
-#      eager path, RFA on the fused path (Triton kernels), the remedy (RFA with 2 of its cross heads local,
-#      rfa-crosslocal2, on the fused path: its local heads in a kernel of their own) and the ceiling in one
-#      process; the kernels each model's decoder steps launch and the device time they take
-#      (torch.profiler, steps 1, 2, 4, 8, 16 of the first batch) -> OUT_DIR/fp32/
-#   2. training speed (cap 70 s, expected ~1 min): a training step of the transformer and RFA at L = 1, 4, 15
-#      on the GPU, seconds and peak GPU memory per step, and one more step profiled (the kernels that take
+# Plan, sized for at most 8.5 minutes on one H100 or H200: the four steps share a budget of 500 s, each
+# capped (a step that fails or runs out of time leaves what it measured, and the next step runs); the plan's
+# window sizes are L = 1, 15, 4, 10 (in that order: the ends first, so that a run cut short keeps the L that
+# matter most), in both dtypes:
+#   0. the cross read alone (cap 30 s, expected ~15 s): python -m rfa_doc_mt.bench.readout_bandwidth at the
+#      L = 1 batch (1024 sources), the fused kernel's products in fp32 and in 3xTF32 against a plain pass
+#      over the summaries' memory -> OUT_DIR/readout.json
+#   1. decode speed in fp32 (cap 210 s, expected ~3.2 min): the paper's batches (--batch-scale 1), beam 4,
+#      outputs forced to the reference length, one batch per L; the transformer, RFA on the eager path, RFA
+#      on the fused path (Triton kernels), the remedy (RFA with 2 of its cross heads local, rfa-crosslocal2,
+#      on the fused path: its local heads in a kernel of their own) and the ceiling in one process; the
+#      kernels each model's decoder steps launch and the device time they take (torch.profiler, steps 1, 2,
+#      4, 8, 16 of the first batch; the first step, which reads the source, apart) -> OUT_DIR/fp32/
+#   2. training speed (cap 110 s, expected ~1.6 min): a training step of the transformer and RFA at L = 1, 4,
+#      15 on the GPU, seconds and peak GPU memory per step, and one more step profiled (the kernels that take
 #      its time) -> OUT_DIR/training.json
-#   3. decode speed in --dtype2 (default fp16; cap 100 s, expected ~1.25 min): as 1, without RFA's eager path
-#      (step 1 compares the paths) and the kernel counts, at L = 1, 15, 4 -> OUT_DIR/<dtype2>/
+#   3. decode speed in --dtype2 (default fp16; cap 150 s, expected ~2.3 min): as 1, without RFA's eager path
+#      (step 1 compares the paths), its kernels profiled at steps 1, 2, 4 -> OUT_DIR/<dtype2>/
 #   4. the plots of runs cut short, and the tables (Markdown: speeds, time per decoder step, training)
 #      -> printed and OUT_DIR/tables.md
-# The remedy adds about 45 s to step 1 (as much as RFA fused: about 35 s of batches, its warm-up and its
-# profiled steps, from the H100 run at ad3aeaa in docs/benchmarks.md), so step 1's cap rose from 255 s to
-# 295 s and step 3's fell from 140 s to 100 s, with its L cut from seven to the three that matter most.
+# The sizes come from the H200 run in docs/benchmarks.md: step 1 took about 45 s per L (L = 15 the
+# longest), step 2 about 27 s per L after 15 s of start, step 3 about 30 s per L; with seven L in step 1
+# and caps of 70 s and 90 s for steps 2 and 3 none of the three finished, so the plan keeps four L.
 # Source text: as scripts/bench_decode_speed.sh (IWSLT15's test talks, prepared on first use from
 # ../shared/data/iwslt15-zh-en, else the synthetic corpus; --data DIR: a prepared corpus).
 # --dry-run: the same steps on this machine's CPU, in under a minute, to check the script and the
@@ -81,9 +85,11 @@ if [ "$DRY_RUN" = 1 ]; then
   FIRST=()
   SECOND=()
   KERNEL_COUNTS=(--kernel-counts 2)
+  KERNEL_COUNTS2=(--kernel-counts 1)
+  READOUT=(--fused --sources 2 --heads 2 --features 16 --head-dim 4 --layers 2 --repeats 1)
   TRAINING=(--device cpu --tiny --window-sizes 1 --tokens 256 --steps 1 --profile 3)
-  LIMITS=(120 60 120)
-  BUDGET=300
+  LIMITS=(120 60 120 60)
+  BUDGET=360
 else
   DEVICE=cuda
   "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
@@ -91,12 +97,14 @@ else
   "$PYTHON" -c 'import triton' 2>/dev/null \
     || die "triton is not installed: pip install -c requirements.txt triton (the gpu extra)"
   DECODE=(--device cuda --batch-scale 1 --batches 1 --threads 4)
-  FIRST=(--window-sizes 1,15,4,10,2,3,5)
-  SECOND=(--window-sizes 1,15,4)
+  FIRST=(--window-sizes 1,15,4,10)
+  SECOND=(--window-sizes 1,15,4,10)
   KERNEL_COUNTS=(--kernel-counts 5)
+  KERNEL_COUNTS2=(--kernel-counts 3)
+  READOUT=(--device cuda --sources 1024 --repeats 10)
   TRAINING=(--device cuda --window-sizes 1,4,15 --steps 3 --threads 4 --profile 8)
-  LIMITS=(295 70 100)
-  BUDGET=465  # seconds for the three steps: with the checks and the tables, 8 minutes
+  LIMITS=(210 110 150 30)
+  BUDGET=500  # seconds for the four steps: with the installation, the checks and the tables, 8.5 minutes
 fi
 export KINETO_LOG_LEVEL=${KINETO_LOG_LEVEL:-5}  # the profiler's own messages: errors only
 # the remedy the toolkit recommends (configs/demo/rfa_cross_local_L4.sh's heads on the benchmark's ungated
@@ -106,6 +114,8 @@ DATA_ARGS=()
 [ -z "$DATA" ] || DATA_ARGS=(--data "$DATA")
 "$PYTHON" -c 'import torch; print("torch", torch.__version__, "|", torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU")' >&2
 
+step "cross read" "${LIMITS[3]}" "$PYTHON" -m rfa_doc_mt.bench.readout_bandwidth "${READOUT[@]}" \
+  --out "$OUT/readout.json"
 step "decode fp32" "${LIMITS[0]}" "$ROOT/scripts/bench_decode_speed.sh" --out "$OUT/fp32" \
   ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --dtype fp32 --rfa-decoding eager,fused "${DECODE[@]}" \
   ${FIRST[@]+"${FIRST[@]}"} "${REMEDY[@]}" "${KERNEL_COUNTS[@]}"
@@ -113,7 +123,7 @@ step "training" "${LIMITS[1]}" "$PYTHON" -m rfa_doc_mt.bench.training_speed run 
   "${TRAINING[@]}"
 step "decode $DTYPE2" "${LIMITS[2]}" "$ROOT/scripts/bench_decode_speed.sh" --out "$OUT/$DTYPE2" \
   ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --dtype "$DTYPE2" --rfa-decoding fused "${DECODE[@]}" ${SECOND[@]+"${SECOND[@]}"} \
-  "${REMEDY[@]}"
+  "${REMEDY[@]}" "${KERNEL_COUNTS2[@]}"
 
 DECODED=()
 for dtype in fp32 "$DTYPE2"; do

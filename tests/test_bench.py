@@ -1,6 +1,7 @@
 """The benchmarks' own logic (their runs are exercised in test_reproduce on the smoke corpus)."""
 
 import json
+import os
 
 import pytest
 
@@ -131,6 +132,29 @@ def test_readout_bandwidth_times_one_readout_in_both_layouts_and_a_pass_over_its
     assert "readout / plain pass" in capsys.readouterr().out
 
 
+def test_readout_bandwidth_times_the_fused_read_at_both_precisions(tmp_path, capsys, monkeypatch):
+    """The fused read of the same summaries, its products in fp32 and in 3xTF32 (both fp32 in Triton's
+    interpreter, where this runs): timed, and the two outputs compared."""
+    pytest.importorskip("triton")
+    import subprocess
+    import sys
+
+    out = tmp_path / "readout.json"
+    # Triton's interpreter is chosen at Triton's first import: a cold process of its own (not a fork of
+    # the warm-start server, which has imported Triton for compiled kernels)
+    environment = {**os.environ, "TRITON_INTERPRET": "1", "RFA_DOC_MT_WARM_START": ""}
+    done = subprocess.run([sys.executable, "-m", "rfa_doc_mt.bench.readout_bandwidth", "--fused", "--sources", "2",
+                           "--heads", "2", "--features", "16", "--head-dim", "4", "--beams", "3", "--layers", "2",
+                           "--repeats", "1", "--out", str(out)], capture_output=True, text=True, env=environment,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert {"fused_ieee", "fused_tf32x3"} <= set(result["ms_per_layer"])
+    apart = result["fused_tf32x3_difference"]
+    assert apart["max_abs"] == 0.0 and apart["max_output"] > 0  # the interpreter takes both in fp32
+    assert "fused fp32 products / 3xTF32" in done.stdout
+
+
 def test_decode_breakdown_times_each_decoder_part_and_restores_the_model():
     """The per-part timing of a decoding batch: every attention, its cache reordering (beam
     search reorders at every step), the feed-forward layers and the output projection are timed,
@@ -220,6 +244,25 @@ def test_device_time_adds_up_each_kernel_and_the_busy_time():
     assert total == 55
     assert per_name == {"gemm": (50, 2), "causal_step_kernel": (5, 1)}
     assert device_time([]) == (0.0, {})
+
+
+def test_device_events_leave_out_the_annotations_mirrored_on_the_device():
+    """The fused path wraps each Triton launch in a ``triton::<kernel>`` annotation, which the
+    profiler also puts on the device's timeline: counted, each fused kernel would count twice."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from rfa_doc_mt.bench.common import device_events
+
+    def event(name, device, annotation=False):
+        return SimpleNamespace(name=name, device_type=device, is_user_annotation=annotation)
+
+    kernel, fill = event("cross_read_kernel", DeviceType.CUDA), event("fill", DeviceType.CUDA)
+    events = [kernel, event("triton::cross_read_kernel", DeviceType.CUDA, annotation=True),
+              event("triton::cross_read_kernel", DeviceType.CPU), fill,
+              event("triton::causal_step_kernel", DeviceType.CUDA)]  # an older torch: no annotation flag set
+    assert device_events(events) == [kernel, fill]
 
 
 def test_a_profiled_step_names_the_operators_that_take_its_time():

@@ -320,13 +320,16 @@ def test_fused_causal_step_takes_reduced_precision_projections(dtype):
 # the cross attention's read
 
 
-@pytest.mark.parametrize("name,projections", [("fourier", PROJECTIONS), ("positive", PROJECTIONS)]
-                         + CROSS_FEATURE_BLOCKS)
-def test_fused_cross_read_follows_the_formula_for_the_sources_still_decoding(name, projections):
+@pytest.mark.parametrize("name,projections,precision",
+                         [("fourier", PROJECTIONS, "ieee"), ("fourier", PROJECTIONS, None),
+                          ("positive", PROJECTIONS, None)]
+                         + [(name, projections, None) for name, projections in CROSS_FEATURE_BLOCKS])
+def test_fused_cross_read_follows_the_formula_for_the_sources_still_decoding(name, projections, precision):
     """Each source's beams read its summary ([S, z], any layout); sources that finished are skipped
     by reading the summary rows of the others (``rows``); a summary kept as keys is read through
     its state. At 8 features (one block of the kernel's loop) and at 80-512 (two to eight blocks,
-    the last one partial or full)."""
+    the last one partial or full); the products in fp32 (``"ieee"``) and at the default precision
+    (3xTF32 on a GPU; Triton's interpreter takes both in fp32)."""
     feature, matrix, tau = feature_map(name, seed=6, projections=projections)
     features = feature.weight.size(-1) * (2 if feature.sine else 1)
     generator = torch.Generator().manual_seed(7)
@@ -343,7 +346,7 @@ def test_fused_cross_read_follows_the_formula_for_the_sources_still_decoding(nam
         sources = stored if rows is None else rows.numel()
         q = torch.randn(sources * beams, HEADS, HEAD_DIM, generator=generator) * 2
         summary = {key: value.to(DEVICE) for key, value in summary.items()}
-        out = fused_cross_read(q.to(DEVICE), to_device(feature), summary, on_device(rows)).cpu()
+        out = fused_cross_read(q.to(DEVICE), to_device(feature), summary, on_device(rows), precision=precision).cpu()
         phi_q = features64(units64(q), matrix, tau, name).view(sources, beams, HEADS, -1)
         read = state.double() if rows is None else state.double()[rows]
         read_abs = abs_state if rows is None else abs_state[rows]
@@ -352,8 +355,41 @@ def test_fused_cross_read_follows_the_formula_for_the_sources_still_decoding(nam
                                       read_abs.unsqueeze(1), expected)
         # the keys form's state is built here: the source's sum (5 terms) comes first
         terms = 2 * HEAD_DIM + FEATURE_ROUNDINGS + features + (source if "keys" in summary else 0) + 1
+        if DEVICE == "cuda" and fused_module._cross_precision(precision) == "tf32x3":
+            # 3xTF32 drops the product of the operands' small parts: 2^-22 of each product, 4 fp32 roundings
+            terms *= 4
         assert_within_rounding(out.view(sources, beams, HEADS, HEAD_DIM), expected, terms, magnitude,
                                f"cross read {name} rows={rows}")
+
+
+def test_a_cross_read_whose_split_products_do_not_compile_falls_back_to_fp32(monkeypatch, caplog):
+    """A Triton that cannot compile the 3xTF32 products: the read is taken with fp32 products
+    instead, the same output, with a warning, and later reads go to fp32 products at once."""
+    feature, _, _ = feature_map("fourier", seed=6)
+    generator = torch.Generator().manual_seed(8)
+    features = 2 * feature.weight.size(-1)
+    state = {"state": (torch.rand(2, HEADS, features, HEAD_DIM + 1, generator=generator)).to(DEVICE)}
+    q = (torch.randn(2 * 3, HEADS, HEAD_DIM, generator=generator)).to(DEVICE)
+    expected = fused_cross_read(q, to_device(feature), state, precision="ieee")
+    launched = []
+    real_launch = fused_module._launch
+
+    def launch(kernel, grid, *args, **options):
+        launched.append(options["DOT_PRECISION"])
+        if options["DOT_PRECISION"] == "tf32x3":
+            raise RuntimeError("no split products here")
+        real_launch(kernel, grid, *args, **options)
+
+    monkeypatch.setattr(fused_module, "_launch", launch)
+    monkeypatch.setattr(fused_module, "_FAILED_PRECISIONS", set())
+    with caplog.at_level("WARNING"):
+        out = fused_cross_read(q, to_device(feature), state, precision="tf32x3")
+    assert launched == ["tf32x3", "ieee"] and torch.equal(out, expected)
+    assert "could not be compiled with tf32x3 products" in caplog.text and "no split products here" in caplog.text
+    fused_cross_read(q, to_device(feature), state, precision="tf32x3")
+    assert launched == ["tf32x3", "ieee", "ieee"]
+    with pytest.raises(ValueError, match="'ieee' or 'tf32x3'"):
+        fused_cross_read(q, to_device(feature), state, precision="tf32")
 
 
 # ---------------------------------------------------------------------------------------

@@ -50,6 +50,17 @@ def timed_steps(step, steps: int) -> List[float]:
     return seconds
 
 
+def device_events(events) -> List:
+    """The device's own events in a profile (kernels, copies, fills): those on a CUDA device, less
+    the user annotations the profiler mirrors onto the device's timeline (a ``record_function``
+    such as the fused path's ``triton::<kernel>`` spans the kernels it launched: counted as a
+    device event, it would count each of them twice, in launches and in busy time)."""
+    from torch.autograd import DeviceType
+
+    return [e for e in events if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+            and not e.name.startswith("triton::")]
+
+
 def device_time(events) -> Tuple[float, Dict[str, Tuple[float, int]]]:
     """The device's busy time in a profile's device events (kernels, copies, fills: each an event
     with a ``name`` and a ``time_range``): their total µs, and µs and count per name."""
@@ -65,7 +76,6 @@ def device_time(events) -> Tuple[float, Dict[str, Tuple[float, int]]]:
 def profiled_step(step, cuda: bool, top: int) -> Dict:
     """One more call of ``step`` under torch.profiler: on a GPU the device's busy time, the kernels
     launched and the ``top`` kernels by device time; on a CPU the ``top`` operators by self CPU time."""
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -74,7 +84,7 @@ def profiled_step(step, cuda: bool, top: int) -> Dict:
         if cuda:
             torch.cuda.synchronize()
     if cuda:
-        total, per_kernel = device_time(e for e in profiler.events() if e.device_type == DeviceType.CUDA)
+        total, per_kernel = device_time(device_events(profiler.events()))
         ranked = sorted(per_kernel.items(), key=lambda item: item[1][0], reverse=True)[:top]
         return {"device_ms": total / 1000, "kernels": sum(calls for _, calls in per_kernel.values()),
                 "top": [{"kernel": name[:120], "ms": us / 1000, "share": us / (total or 1.0), "launches": calls}

@@ -78,7 +78,7 @@ from fairseq.incremental_decoding_utils import FairseqIncrementalState
 
 from ..modules.random_feature_attention.gates import GATE_VARIANTS
 from ..provenance import commit_info, machine_info, record_load_at_end, save_figure, write_json
-from .common import device_time
+from .common import device_events, device_time
 
 # Wu et al. 2022, Table 3: batch size used to decode each window size L (32 GB A100; also its CPU runs)
 PAPER_BATCH_SIZES = {1: 1024, 2: 512, 3: 512, 4: 256, 5: 256, 10: 128, 15: 96}
@@ -362,10 +362,11 @@ class KernelCounter:
                 torch.cuda.synchronize()
         events = profiler.events()
         counts = self.counts.setdefault(step, {"kernels": 0, "operators": 0, "device_us": 0.0})
-        counts["kernels"] += sum(1 for e in events if e.device_type == DeviceType.CUDA)
+        kernels = device_events(events)
+        counts["kernels"] += len(kernels)
         counts["operators"] += sum(1 for e in events if e.device_type == DeviceType.CPU and e.cpu_parent is None
                                    and e.name.startswith(("aten::", "triton::")))
-        total, per_kernel = device_time(e for e in events if e.device_type == DeviceType.CUDA)
+        total, per_kernel = device_time(kernels)
         counts["device_us"] += total
         for name, (us, calls) in per_kernel.items():
             seen = self.kernel_time.setdefault(name, [0.0, 0])

@@ -9,7 +9,14 @@ cycled in turn as the decoder's layers read theirs, so that none stays in the ca
 summaries together outgrow it. The defaults are the decode benchmark's L = 4 batch (32
 sources, Table 3 / 8) and the paper's model::
 
-    python -m rfa_doc_mt.bench.readout_bandwidth [--sources 32] [--out F.json]
+    python -m rfa_doc_mt.bench.readout_bandwidth [--sources 32] [--device cuda] [--out F.json]
+
+With ``--device cuda`` (or ``--fused`` on a CPU under Triton's interpreter, ``TRITON_INTERPRET=1``:
+a check of the code, not a measurement) it also times the fused path's read
+(:func:`..modules.random_feature_attention.fused.fused_cross_read`: the queries' features and the
+read in one kernel) with its products in fp32 (``ieee``) and in 3xTF32 (``tf32x3``, the default),
+and says how far the two outputs lie apart: which of them the kernel should take, and how close it
+comes to the memory's speed.
 """
 
 import argparse
@@ -23,40 +30,79 @@ from ..modules.random_feature_attention.state import column_major_state, state_r
 from ..provenance import commit_info, machine_info, record_load_at_end, write_json
 
 
-def per_call_ms(run: Callable[[int], object], layers: int, repeats: int) -> float:
+def per_call_ms(run: Callable[[int], object], layers: int, repeats: int, synchronize: Callable[[], None] = lambda: None
+                ) -> float:
     """Median over ``repeats`` rounds of the milliseconds one call takes, each round calling
-    ``run(layer)`` for every layer in turn (after one warm-up round)."""
+    ``run(layer)`` for every layer in turn (after one warm-up round); ``synchronize`` waits for the
+    device at each round's start and end."""
     rounds = []
     for repeat in range(repeats + 1):
+        synchronize()
         start = time.perf_counter()
         for layer in range(layers):
             run(layer)
+        synchronize()
         if repeat:
             rounds.append((time.perf_counter() - start) * 1000 / layers)
     return sorted(rounds)[len(rounds) // 2]
 
 
 def measure(sources: int, heads: int, features: int, columns: int, beams: int, layers: int, repeats: int,
-            seed: int = 0) -> Dict:
-    generator = torch.Generator().manual_seed(seed)
-    stored = [torch.randn(sources, heads, columns, features, generator=generator) for _ in range(layers)]
+            seed: int = 0, device: str = "cpu", fused: bool = False) -> Dict:
+    generator = torch.Generator(device=device).manual_seed(seed)  # drawn where they are read (GBs on a GPU)
+    stored = [torch.randn(sources, heads, columns, features, generator=generator, device=device)
+              for _ in range(layers)]
     column_major = [column_major_state(s) for s in stored]  # what decoding keeps
     row_major = [s.contiguous() for s in column_major]  # the same states, the other layout
-    phi_q = torch.randn(sources, heads, beams, features, generator=generator)
+    phi_q = torch.randn(sources, heads, beams, features, generator=generator, device=device)
     # both layouts give the same readout (what is timed is one computation in two memory orders)
     difference = (state_readout(phi_q, column_major[0]) - state_readout(phi_q, row_major[0])).abs().max().item()
     megabytes = stored[0].numel() * stored[0].element_size() / 1e6
+    synchronize = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     timings = {
-        "readout_column_major": per_call_ms(lambda i: state_readout(phi_q, column_major[i]), layers, repeats),
-        "readout_row_major": per_call_ms(lambda i: state_readout(phi_q, row_major[i]), layers, repeats),
-        "plain_pass": per_call_ms(lambda i: stored[i].sum(), layers, repeats),
+        "readout_column_major": per_call_ms(lambda i: state_readout(phi_q, column_major[i]), layers, repeats,
+                                            synchronize),
+        "readout_row_major": per_call_ms(lambda i: state_readout(phi_q, row_major[i]), layers, repeats, synchronize),
+        "plain_pass": per_call_ms(lambda i: stored[i].sum(), layers, repeats, synchronize),
     }
-    return {"shape": {"sources": sources, "heads": heads, "features": features, "columns": columns,
-                      "beams": beams, "layers": layers},
-            "summary_mb_per_layer": megabytes, "max_difference_between_layouts": difference,
-            "ms_per_layer": timings,
-            "gb_per_second": {name: megabytes / ms for name, ms in timings.items()},
-            "readout_over_plain_pass": timings["readout_column_major"] / timings["plain_pass"]}
+    result = {"shape": {"sources": sources, "heads": heads, "features": features, "columns": columns,
+                        "beams": beams, "layers": layers},
+              "summary_mb_per_layer": megabytes, "max_difference_between_layouts": difference}
+    if fused:
+        timings.update(fused_timings(column_major, sources, heads, features, columns - 1, beams, layers, repeats,
+                                     generator, synchronize, result))
+    result.update({"ms_per_layer": timings, "gb_per_second": {name: megabytes / ms for name, ms in timings.items()},
+                   "readout_over_plain_pass": timings["readout_column_major"] / timings["plain_pass"]})
+    return result
+
+
+def fused_timings(states: List[torch.Tensor], sources: int, heads: int, features: int, head_dim: int, beams: int,
+                  layers: int, repeats: int, generator: torch.Generator, synchronize: Callable[[], None],
+                  result: Dict) -> Dict[str, float]:
+    """The fused read of the same summaries (fourier features of ``features // 2`` projections, as
+    the paper's cross attention), its products in fp32 and in 3xTF32: ms per layer; how far their
+    outputs lie apart, against the size of the outputs, goes into ``result``."""
+    from ..modules.random_feature_attention.features import DecodingFeatureMap
+    from ..modules.random_feature_attention.fused import fused_cross_read
+
+    device = states[0].device
+    if features % 2:
+        raise ValueError(f"the fused read takes fourier features, an even number, not {features}")
+    weight = torch.randn(heads, head_dim, features // 2, generator=generator, device=device)
+    feature_map = DecodingFeatureMap("fourier", weight, torch.zeros(heads, 1, 1, device=device))
+    # positive summaries, as a sum of features times [v, 1] with the normaliser's column kept apart
+    summaries = [{"state": state.abs()} for state in states]
+    q = torch.randn(sources * beams, heads, head_dim, generator=generator, device=device)
+    timings, outputs = {}, {}
+    for precision in ("ieee", "tf32x3"):
+        outputs[precision] = fused_cross_read(q, feature_map, summaries[0], precision=precision)
+        timings[f"fused_{precision}"] = per_call_ms(
+            lambda i, precision=precision: fused_cross_read(q, feature_map, summaries[i], precision=precision),
+            layers, repeats, synchronize)
+    result["fused_tf32x3_difference"] = {
+        "max_abs": (outputs["tf32x3"] - outputs["ieee"]).abs().max().item(),
+        "max_output": outputs["ieee"].abs().max().item()}
+    return timings
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -69,14 +115,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--layers", type=int, default=6, help="decoder layers, each with its own summaries")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda: the fused read too)")
+    parser.add_argument("--fused", action="store_true",
+                        help="the fused read too (implied on cuda; on a CPU it needs TRITON_INTERPRET=1)")
     parser.add_argument("--out", help="JSON file to write")
     args = parser.parse_args(argv)
     if min(args.sources, args.heads, args.features, args.head_dim, args.beams, args.layers, args.repeats) < 1:
         parser.error("every size and --repeats must be at least 1")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here")
+    fused = args.fused or args.device.startswith("cuda")
+    if fused and args.features % 2:
+        parser.error("the fused read takes fourier features: --features must be even")
     torch.set_num_threads(args.threads)
-    result = {"machine": machine_info("cpu"), "commit": commit_info(),
+    result = {"machine": machine_info(args.device), "commit": commit_info(),
               **measure(args.sources, args.heads, args.features, args.head_dim + 1, args.beams, args.layers,
-                        args.repeats)}
+                        args.repeats, device=args.device, fused=fused)}
     record_load_at_end(result)
     ms, rates = result["ms_per_layer"], result["gb_per_second"]
     print(f"{args.sources} sources x {args.heads} heads x {args.features} features x {args.head_dim + 1}: "
@@ -84,6 +138,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     for name in ms:
         print(f"  {name:22s} {ms[name]:7.3f} ms per layer  {rates[name]:6.1f} GB/s")
     print(f"  readout / plain pass: {result['readout_over_plain_pass']:.2f}x")
+    if "fused_ieee" in ms:
+        apart = result["fused_tf32x3_difference"]
+        print(f"  fused fp32 products / 3xTF32: {ms['fused_ieee'] / ms['fused_tf32x3']:.2f}x the time; outputs "
+              f"{apart['max_abs']:.2e} apart at most (largest output {apart['max_output']:.2e})")
     if args.out:
         write_json(result, args.out)
         print(f"wrote {args.out}")

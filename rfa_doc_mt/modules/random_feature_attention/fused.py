@@ -86,6 +86,7 @@ step would speed up the transformer as much as RFA.
 
 import functools
 import importlib.util
+import logging
 import math
 from typing import Dict, Optional
 
@@ -102,6 +103,14 @@ DECODING_PATHS = ("auto", "eager", "fused")
 FEATURE_BLOCK = 64
 # tl.dot's smallest operand side (the beams and the head's dimensions are padded to it)
 DOT_MIN = 16
+# how the cross read's products (the queries' features, and their read of the summary) are taken:
+# "tf32x3", each fp32 operand split into two TF32 parts and three products on the tensor cores (an
+# error per product of about 2^-22 of its size, near fp32's 2^-24), or "ieee", fp32 on the CUDA cores.
+# With the beams padded to DOT_MIN rows, fp32 products on the CUDA cores cost more than reading the
+# summary: the H200 profile in docs/benchmarks.md has the read at a sixth of the memory's speed, the
+# kernel a third of the device's time per step at L = 1. Triton's interpreter takes both in fp32. A
+# Triton that cannot compile "tf32x3" falls back to "ieee", once, with a warning (_cross_precision).
+CROSS_DOT_PRECISION = "tf32x3"
 # keys of one block of the local heads' loop (32 x 64 tiles of keys and of values in registers):
 # a sentence of up to 32 tokens in one block, the lengths masked per row
 LOCAL_KEY_BLOCK = 32
@@ -123,6 +132,11 @@ LOCAL_CAUSAL_SPARE_NAMES = ("spare_local_keys", "spare_local_values", "spare_loc
 # each row's target sentence [rows, heads] int32, beam search's reorders since the last step, and the
 # longest source sentence's length rounded to blocks (a CPU tensor)
 FUSED_LOCAL_CROSS_NAMES = ("fused_sentence", "fused_sentence_order", "fused_key_span")
+
+
+logger = logging.getLogger(__name__)
+# the precisions of the cross read that failed to compile in this process (_cross_precision)
+_FAILED_PRECISIONS = set()
 
 
 @functools.lru_cache(maxsize=None)
@@ -257,14 +271,26 @@ def fused_causal_step(qkv: Tensor, feature_map: DecodingFeatureMap, prefix: Dict
     return out
 
 
+def _cross_precision(precision: Optional[str]) -> str:
+    """The precision the cross read's products take: ``precision`` or :data:`CROSS_DOT_PRECISION`,
+    unless it failed to compile in this process (then ``"ieee"``)."""
+    precision = precision or CROSS_DOT_PRECISION
+    if precision not in ("ieee", "tf32x3"):
+        raise ValueError(f"the cross read's products are 'ieee' or 'tf32x3', not {precision!r}")
+    return "ieee" if precision in _FAILED_PRECISIONS else precision
+
+
 def fused_cross_read(q: Tensor, feature_map: DecodingFeatureMap, summary: Dict[str, Tensor],
-                     rows: Optional[Tensor] = None, out: Optional[Tensor] = None) -> Tensor:
+                     rows: Optional[Tensor] = None, out: Optional[Tensor] = None,
+                     precision: Optional[str] = None) -> Tensor:
     """:func:`.training.cross_rfa_read` of one decoding step in one kernel, the features of the
     queries included: q [batch, heads, head_dim] (the q-projection's output, ``batch // sources``
     consecutive rows, the beams, per source; last dimension contiguous) → out [batch, heads, dv]
     in q's dtype (``out``: written there, as :func:`fused_causal_step`). Source i reads summary row
     ``rows[i]`` (None: row i). A summary in the keys form is read through its state, built here
-    (decoding on the fused path keeps the state form)."""
+    (decoding on the fused path keeps the state form). ``precision``: of the kernel's products,
+    ``"tf32x3"`` or ``"ieee"`` (None: :data:`CROSS_DOT_PRECISION`); a Triton that cannot compile
+    ``"tf32x3"`` takes ``"ieee"`` instead, with a warning, from then on."""
     batch, heads, head_dim = q.shape
     weight, offset, projections, scale = _feature_arguments(feature_map)
     features = 2 * projections if feature_map.sine else projections
@@ -278,16 +304,30 @@ def fused_cross_read(q: Tensor, feature_map: DecodingFeatureMap, summary: Dict[s
         q = q.contiguous()
     if out is None:
         out = q.new_empty(batch, heads, head_dim)
-    _launch(_kernels(q.device).cross_read_kernel, (sources, heads),
-        q, weight, offset, state, rows if rows is not None else _placeholder(q.device, torch.long), out,
-        heads, head_dim, head_dim, beams,
-        q.stride(0), q.stride(1), *state.stride(),
-        weight.stride(0), weight.stride(1), out.stride(0), out.stride(1),
-        scale, UNIT_NORM_FLOOR, NORMALISER_FLOOR,
-        PROJECTIONS=projections, FEATURES=features, SINE=feature_map.sine, HAS_ROWS=rows is not None,
-        BLOCK_BEAMS=_block(beams), BLOCK_DIM=_block(head_dim),
-        BLOCK_FEATURES=_block(features, largest=FEATURE_BLOCK), BLOCK_VALUES=_block(head_dim),
-        enable_fp_fusion=True)
+    chosen = _cross_precision(precision)
+
+    def launch(dot_precision: str) -> None:
+        _launch(_kernels(q.device).cross_read_kernel, (sources, heads),
+            q, weight, offset, state, rows if rows is not None else _placeholder(q.device, torch.long), out,
+            heads, head_dim, head_dim, beams,
+            q.stride(0), q.stride(1), *state.stride(),
+            weight.stride(0), weight.stride(1), out.stride(0), out.stride(1),
+            scale, UNIT_NORM_FLOOR, NORMALISER_FLOOR,
+            PROJECTIONS=projections, FEATURES=features, SINE=feature_map.sine, HAS_ROWS=rows is not None,
+            DOT_PRECISION=dot_precision, BLOCK_BEAMS=_block(beams), BLOCK_DIM=_block(head_dim),
+            BLOCK_FEATURES=_block(features, largest=FEATURE_BLOCK), BLOCK_VALUES=_block(head_dim),
+            enable_fp_fusion=True)
+
+    if chosen == "ieee":
+        launch(chosen)
+        return out
+    try:
+        launch(chosen)
+    except Exception as error:  # a compiler that lacks the split products: fp32 ones, from now on
+        _FAILED_PRECISIONS.add(chosen)
+        logger.warning("the fused cross read could not be compiled with %s products (%s: %s); it takes fp32 "
+                       "products ('ieee') from now on", chosen, type(error).__name__, str(error)[:200])
+        launch("ieee")
     return out
 
 

@@ -27,11 +27,21 @@ def chunked_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Opti
     The state is ``[batch, heads, F, dv + 1]`` (S with z as its last column, see
     :func:`.state.split_state`). Inside a chunk the quadratic form runs with decays relative to the
     chunk start; the state carries everything before it (same arguments as
-    :func:`.reference.reference_causal_rfa`). Without an ``initial_state`` the first chunk reads
-    no state (it would read zeros); with ``final_state=False`` the state after the last chunk is
-    neither built nor returned (``None``): a training step that only needs the outputs. A
+    :func:`.reference.reference_causal_rfa`). With ``final_state=False`` the state after the last
+    chunk is not returned (``None``): a training step that only needs the outputs. A
     ``log_forget`` of one gate per feature, [batch, heads, time, F], runs
     :func:`chunked_per_feature_causal_rfa` (with chunks of the largest power of two ≤ ``chunk_size``).
+
+    Every chunk at once, as batched products over a chunk dimension (the sequence filled up to
+    whole chunks with zero keys, queries and log gates, which add, read and decay nothing): a
+    training step launches as many kernels whatever its length, where a loop over chunks would
+    launch a dozen per chunk, forward and backward (on a GPU a training step of paper-size models
+    is bound by launching kernels). What each chunk adds to the state, ``A_j = Σ_{i∈j} k_i [v_i,
+    1]ᵀ`` decayed to the chunk's end, reaches chunk ``j`` through the decay between the chunks:
+    the state chunk ``j`` starts from is ``Σ_{i<j} e^{T_{j-1} - T_i} A_i`` (``T`` the cumulative
+    sum of the chunks' log decays, so every exponent is ≤ 0), one product with a lower-triangular
+    ``[chunks, chunks]`` matrix; without gates a cumulative sum of the ``A_j``. The memory is
+    that of the loop (a state per chunk, which autograd keeps either way).
     """
     if log_forget is not None and log_forget.dim() == 4:
         return chunked_per_feature_causal_rfa(phi_q, phi_k, v, log_forget, key_weight, initial_state,
@@ -39,38 +49,67 @@ def chunked_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Opti
     batch, heads, time, features = phi_q.shape
     phi_q, phi_k = phi_q.float(), phi_k.float()
     values = with_ones(v.float())
+    columns = values.size(-1)
     if key_weight is not None:
         phi_k = phi_k * key_weight.float().unsqueeze(-1)
-    state = initial_state  # None: zero so far (nothing to read, nothing to decay)
-    outputs = []
-    for start in range(0, time, chunk_size):
-        end = min(start + chunk_size, time)
-        update_state = final_state or end < time
-        q, k, val = phi_q[:, :, start:end], phi_k[:, :, start:end], values[:, :, start:end]
-        causal = torch.ones(end - start, end - start, dtype=torch.bool, device=q.device).tril()
-        if log_forget is None:
-            out = (q @ k.transpose(-1, -2)).masked_fill(~causal, 0.0) @ val
-            if state is not None:
-                out = out + q @ state
-            if update_state:
-                added = k.transpose(-1, -2) @ val
-                state = added if state is None else state + added
-        else:
-            cumulative = log_forget[:, :, start:end].float().cumsum(-1)  # log Π f from the chunk start
-            log_decay = (cumulative.unsqueeze(-1) - cumulative.unsqueeze(-2)).masked_fill(~causal, float("-inf"))
-            out = ((q @ k.transpose(-1, -2)) * log_decay.exp()) @ val
-            if state is not None:
-                out = out + (q * cumulative.exp().unsqueeze(-1)) @ state
-            if update_state:
-                total = cumulative[..., -1:]  # [batch, heads, 1]
-                added = (k * (total - cumulative).exp().unsqueeze(-1)).transpose(-1, -2) @ val
-                state = added if state is None else state * total.exp().unsqueeze(-1) + added
-        outputs.append(out)
+    if time == 0:
+        state = values.new_zeros(batch, heads, features, columns) if initial_state is None else initial_state.float()
+        return values[..., :-1], (state if final_state else None)
+    chunk = max(1, min(chunk_size, time))
+    chunks = -(-time // chunk)
+    filled = chunks * chunk - time  # zero keys, queries and log gates after the last token
+
+    def as_chunks(x: Tensor) -> Tensor:  # [batch, heads, time, ...] → [batch, heads, chunks, chunk, ...]
+        if filled:
+            x = torch.nn.functional.pad(x, (0, 0) * (x.dim() - 3) + (0, filled))
+        return x.reshape(batch, heads, chunks, chunk, *x.shape[3:])
+
+    q, k, val = as_chunks(phi_q), as_chunks(phi_k), as_chunks(values)
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+    scores = q @ k.transpose(-1, -2)  # [batch, heads, chunks, chunk, chunk]
+    needs_added = chunks > 1 or final_state
+    if log_forget is None:
+        out = scores.masked_fill(~causal, 0.0) @ val
+        added = k.transpose(-1, -2) @ val if needs_added else None  # [batch, heads, chunks, F, dv + 1]
+        if chunks > 1:  # the state each chunk starts from: what the chunks before it added
+            before = added[:, :, :-1].cumsum(2)
+            if initial_state is not None:
+                before = before + initial_state.float().unsqueeze(2)
+            out[:, :, 1:] += q[:, :, 1:] @ before
+        if initial_state is not None:
+            out[:, :, 0] += q[:, :, 0] @ initial_state.float()
+        if not final_state:
+            return normalised(out.reshape(batch, heads, -1, columns)[:, :, :time]), None
+        state = added.sum(2) if initial_state is None else initial_state.float() + added.sum(2)
+        return normalised(out.reshape(batch, heads, -1, columns)[:, :, :time]), state
+    cumulative = as_chunks(log_forget.float().unsqueeze(-1)).squeeze(-1).cumsum(-1)  # log Π f from each chunk's start
+    log_decay = (cumulative.unsqueeze(-1) - cumulative.unsqueeze(-2)).masked_fill(~causal, float("-inf"))
+    out = (scores * log_decay.exp()) @ val
+    total = cumulative[..., -1]  # [batch, heads, chunks]: each chunk's log decay
+    # the chunks' log decays summed to the end of chunk j (T_j), and to its start (T_{j-1}, T_{-1} = 0)
+    through = total.cumsum(-1)
+    upto = torch.nn.functional.pad(through[..., :-1], (1, 0))
+    if needs_added:
+        added = (k * (total.unsqueeze(-1) - cumulative).exp().unsqueeze(-1)).transpose(-1, -2) @ val
+    read = q * cumulative.exp().unsqueeze(-1)  # a query reads the state its chunk starts from, decayed
+    if chunks > 1:
+        earlier = torch.ones(chunks, chunks, dtype=torch.bool, device=q.device).tril(-1)
+        between = (upto.unsqueeze(-1) - through.unsqueeze(-2)).masked_fill(~earlier, float("-inf")).exp()
+        before = (between @ added.flatten(-2)).view(batch, heads, chunks, features, columns)
+        if initial_state is not None:
+            before = before + initial_state.float().unsqueeze(2) * upto.exp()[..., None, None]
+        out = out + read @ before
+    elif initial_state is not None:
+        out = out + read @ initial_state.float().unsqueeze(2)
+    out = normalised(out.reshape(batch, heads, -1, columns)[:, :, :time])
     if not final_state:
-        return normalised(torch.cat(outputs, dim=2)), None
-    if state is None:  # no tokens
-        state = values.new_zeros(batch, heads, features, values.size(-1))
-    return normalised(torch.cat(outputs, dim=2)), state
+        return out, None
+    # the state after the last chunk: every chunk's addition decayed to the end
+    last = (through[..., -1:] - through).exp()  # [batch, heads, chunks]
+    state = (last.unsqueeze(-2) @ added.flatten(-2)).view(batch, heads, features, columns)
+    if initial_state is not None:
+        state = state + initial_state.float() * through[..., -1].exp()[..., None, None]
+    return out, state
 
 
 def chunked_per_feature_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Tensor,

@@ -116,16 +116,19 @@ def cross_read_kernel(query, weight, offset, state, rows, out,
                       state_row, state_head, state_feature, state_column,
                       weight_head, weight_dim, out_row, out_head,
                       scale, unit_floor, normaliser_floor, PROJECTIONS: tl.constexpr, FEATURES: tl.constexpr,
-                      SINE: tl.constexpr, HAS_ROWS: tl.constexpr, BLOCK_BEAMS: tl.constexpr,
-                      BLOCK_DIM: tl.constexpr, BLOCK_FEATURES: tl.constexpr, BLOCK_VALUES: tl.constexpr):
+                      SINE: tl.constexpr, HAS_ROWS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                      BLOCK_BEAMS: tl.constexpr, BLOCK_DIM: tl.constexpr, BLOCK_FEATURES: tl.constexpr,
+                      BLOCK_VALUES: tl.constexpr):
     """Cross RFA's read of a cached source summary by the beams of one source, one head:
     program (source, head).
 
     query [batch, heads, head_dim] (the q-projection's output, rows ``source x beams + beam``);
     weight and offset as :func:`causal_step_kernel`; state [stored, heads, F, dv + 1] fp32 (any
     strides), read at row ``rows[source]`` (HAS_ROWS: the sources still decoding, gathered on read)
-    or ``source``; out [batch, heads, dv]. The products go through ``tl.dot`` in full fp32
-    (``input_precision="ieee"``: TF32 would round the features to 10 bits)."""
+    or ``source``; out [batch, heads, dv]. The products go through ``tl.dot`` at
+    ``DOT_PRECISION`` (:data:`.fused.CROSS_DOT_PRECISION`): ``"tf32x3"`` (fp32 operands split into
+    two TF32 parts on the tensor cores, three products: about fp32's accuracy) or ``"ieee"`` (fp32
+    on the CUDA cores); never plain ``"tf32"``, which would round the features to 10 bits."""
     source = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     beam = tl.arange(0, BLOCK_BEAMS)
@@ -150,7 +153,7 @@ def cross_read_kernel(query, weight, offset, state, rows, out,
         projection = tl.where(feature < PROJECTIONS, feature, feature - PROJECTIONS) if SINE else feature
         w = tl.load(weight + head * weight_head + dims[:, None] * weight_dim + projection[None, :],
                     mask=dim_mask[:, None] & feature_mask[None, :], other=0.0)
-        angles = tl.dot(units, w, input_precision="ieee")  # [beams, features]
+        angles = tl.dot(units, w, input_precision=DOT_PRECISION)  # [beams, features]
         if SINE:
             phi = tl.where(feature[None, :] < PROJECTIONS, tl.sin(angles), tl.cos(angles)) * scale
         else:
@@ -159,7 +162,7 @@ def cross_read_kernel(query, weight, offset, state, rows, out,
         s = tl.load(read + feature[:, None] * state_feature + columns[None, :] * state_column,
                     mask=feature_mask[:, None] & column_mask[None, :], other=0.0)
         z = tl.load(read + feature * state_feature + value_dim * state_column, mask=feature_mask, other=0.0)
-        numerator += tl.dot(phi, s, input_precision="ieee")
+        numerator += tl.dot(phi, s, input_precision=DOT_PRECISION)
         mass += tl.sum(phi * z[None, :], axis=1)
     result = numerator / tl.maximum(mass, normaliser_floor)[:, None]
     tl.store(out + query_rows[:, None] * out_row + head * out_head + columns[None, :],
@@ -315,9 +318,9 @@ def compile_kernels(capability: int = 90, warp_size: int = 32) -> dict:
     compiler, down to the GPU's binary (cubin); no GPU or driver is needed. Every constexpr branch
     is compiled on (fourier map, a state read at gathered rows, per-feature forget gates, key
     weights, local keys gathered through beam search's reorders, padding, loops to each row's
-    length, bf16 inputs) and off (positive map, empty prefix, nothing before, a constexpr loop,
-    fp32). Returns each variant's cubin size in bytes. Not possible under the interpreter
-    (``TRITON_INTERPRET=1``): run it without."""
+    length, bf16 inputs, 3xTF32 products) and off (positive map, empty prefix, nothing before, a
+    constexpr loop, fp32 inputs and products). Returns each variant's cubin size in bytes. Not
+    possible under the interpreter (``TRITON_INTERPRET=1``): run it without."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -337,10 +340,11 @@ def compile_kernels(capability: int = 90, warp_size: int = 32) -> dict:
         "causal, positive, empty prefix, fp32": (causal_step_kernel, dict(
             SINE=False, HAS_STATE=False, HAS_ROWS=False, HAS_FORGET=False, HAS_KEY_WEIGHT=False, PROJECTIONS=64,
             **rfa_sizes), "*fp32"),
-        "cross, fourier, gathered sources, bf16": (cross_read_kernel, dict(
-            SINE=True, HAS_ROWS=True, PROJECTIONS=256, BLOCK_BEAMS=16, **rfa_sizes), "*bf16"),
-        "cross, positive, fp32": (cross_read_kernel, dict(
-            SINE=False, HAS_ROWS=False, PROJECTIONS=256, BLOCK_BEAMS=16, **rfa_sizes), "*fp32"),
+        "cross, fourier, gathered sources, 3xTF32 products, bf16": (cross_read_kernel, dict(
+            SINE=True, HAS_ROWS=True, PROJECTIONS=256, DOT_PRECISION="tf32x3", BLOCK_BEAMS=16, **rfa_sizes), "*bf16"),
+        "cross, positive, fp32 products, fp32": (cross_read_kernel, dict(
+            SINE=False, HAS_ROWS=False, PROJECTIONS=256, DOT_PRECISION="ieee", BLOCK_BEAMS=16, **rfa_sizes),
+            "*fp32"),
         "causal local, gathered keys, padding, loop to each row's length, bf16": (local_causal_step_kernel, dict(
             HAS_CACHE=True, HAS_ROWS=True, HAS_REAL=True, DYNAMIC=True, KEY_SPAN=0, **local_sizes), "*bf16"),
         "causal local, nothing before, loop to a constexpr, fp32": (local_causal_step_kernel, dict(
