@@ -325,6 +325,20 @@ def test_fused_hypotheses_are_counted_where_they_differ_and_tabled():
     assert "| fp32: fused hypotheses differing from eager (windows) | 1 / 3 |" in table
 
 
+def test_a_decode_run_cut_short_is_tabled_with_the_window_sizes_it_measured():
+    """A run cut short keeps a JSON of the L measured so far, in the plan's order: its table's title
+    names them and the plan, not the last L taken (which need not be the largest)."""
+    from rfa_doc_mt.bench.decode_speed import partial_note
+    from rfa_doc_mt.bench.speed_table import decode_table
+
+    note = partial_note([1, 15, 4], [1, 15, 4, 10])
+    assert note == "L = 1, 15, 4 of 1, 15, 4, 10"
+    summary = {"window_size": 15, "batch_size": 3, "tokens_per_second": {"transformer": 10.0, "rfa": 9.0}}
+    table = decode_table({"summary": [summary], "settings": {"dtype": "fp32", "beam": 4}, "partial": note,
+                          "machine": {"device": "cuda", "gpu": "H200"}, "commit": {"commit": "abcdef0"}})
+    assert "(partial: L = 1, 15, 4 of 1, 15, 4, 10)" in table.splitlines()[0]
+
+
 def test_rfa_variants_are_named_and_tabled_beside_the_transformer():
     """--rfa-variant NAME="OPTIONS" builds RFA with more options (rfa-NAME), tabled as tokens/s and
     as a ratio to the transformer's."""

@@ -629,8 +629,15 @@ def run(args) -> Dict:
                                                      result["runs"]))
         del models
         if args.out:  # what is measured so far, in case the run is cut short
-            write_json(dict(result, partial=f"up to L = {window_size}"), args.out)
+            measured = window_sizes[:window_sizes.index(window_size) + 1]
+            write_json(dict(result, partial=partial_note(measured, window_sizes)), args.out)
     return record_load_at_end(result)
+
+
+def partial_note(measured: List[int], planned: List[int]) -> str:
+    """What a run cut short kept, for its JSON (written after each L): ``"L = 1, 15 of 1, 15, 4"``.
+    The final JSON has no note."""
+    return f"L = {', '.join(map(str, measured))} of {', '.join(map(str, planned))}"
 
 
 def parse_variants(specs: List[str]) -> Dict[str, List[str]]:
