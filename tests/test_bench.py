@@ -325,6 +325,30 @@ def test_fused_hypotheses_are_counted_where_they_differ_and_tabled():
     assert "| fp32: fused hypotheses differing from eager (windows) | 1 / 3 |" in table
 
 
+def test_triton_compiles_are_counted_while_entered_and_the_hook_before_is_kept(monkeypatch):
+    """The decode benchmark counts the Triton kernels compiled while a batch is timed, through
+    Triton's post-compile hook: each call counts, the hook set before still runs, and it is back in
+    place afterwards; with Triton not imported nothing is counted (None)."""
+    import sys
+    from types import SimpleNamespace
+
+    from rfa_doc_mt.bench.common import TritonCompiles
+
+    seen = []
+    runtime = SimpleNamespace(jit_post_compile_hook=lambda *a, **k: seen.append(k.get("key")))
+    before = runtime.jit_post_compile_hook
+    monkeypatch.setitem(sys.modules, "triton", SimpleNamespace(knobs=SimpleNamespace(runtime=runtime)))
+    with TritonCompiles() as compiles:
+        assert compiles.count == 0 and runtime.jit_post_compile_hook is not before
+        runtime.jit_post_compile_hook(key="a")
+        runtime.jit_post_compile_hook(key="b")
+    assert compiles.count == 2 and seen == ["a", "b"] and runtime.jit_post_compile_hook is before
+    monkeypatch.delitem(sys.modules, "triton")
+    with TritonCompiles() as compiles:
+        pass
+    assert compiles.count is None
+
+
 def test_a_decode_run_cut_short_is_tabled_with_the_window_sizes_it_measured():
     """A run cut short keeps a JSON of the L measured so far, in the plan's order: its table's title
     names them and the plan, not the last L taken (which need not be the largest)."""

@@ -50,6 +50,41 @@ def timed_steps(step, steps: int) -> List[float]:
     return seconds
 
 
+class TritonCompiles:
+    """Counts the Triton kernels compiled (or loaded from Triton's disk cache: every miss of a
+    kernel's in-memory cache) while it is entered, through Triton's post-compile hook; the hook
+    that was set before is called too, and restored on exit. A compile inside a timed batch
+    (a specialisation the warm-up did not meet: an integer argument that turns 1 or a multiple of
+    16, a pointer's alignment, a new constexpr) costs its time in the figures. ``count`` is None
+    where Triton is not imported yet (nothing has launched a Triton kernel in this process; importing
+    it here would fix its mode before the interpreter can be chosen) or has no such hook."""
+
+    def __init__(self):
+        self.count = None
+        self._knobs = self._previous = None
+
+    def __enter__(self) -> "TritonCompiles":
+        import sys
+
+        knobs = getattr(sys.modules.get("triton"), "knobs", None)
+        runtime = getattr(knobs, "runtime", None)
+        if runtime is None or not hasattr(runtime, "jit_post_compile_hook"):
+            return self
+        self._knobs, self._previous, self.count = runtime, runtime.jit_post_compile_hook, 0
+
+        def hook(*args, **kwargs):
+            self.count += 1
+            return self._previous(*args, **kwargs) if self._previous is not None else None
+
+        runtime.jit_post_compile_hook = hook
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._knobs is not None:
+            self._knobs.jit_post_compile_hook = self._previous
+            self._knobs = None
+
+
 def device_events(events) -> List:
     """The device's own events in a profile (kernels, copies, fills): those on a CUDA device, less
     the user annotations the profiler mirrors onto the device's timeline (a ``record_function``

@@ -78,7 +78,7 @@ from fairseq.incremental_decoding_utils import FairseqIncrementalState
 
 from ..modules.random_feature_attention.gates import GATE_VARIANTS
 from ..provenance import commit_info, machine_info, record_load_at_end, save_figure, write_json
-from .common import device_events, device_time
+from .common import TritonCompiles, device_events, device_time
 
 # Wu et al. 2022, Table 3: batch size used to decode each window size L (32 GB A100; also its CPU runs)
 PAPER_BATCH_SIZES = {1: 1024, 2: 512, 3: 512, 4: 256, 5: 256, 10: 128, 15: 96}
@@ -473,16 +473,19 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
     for number, indices in enumerate(batches):
         order = list(models) if number % 2 == 0 else list(reversed(list(models)))
         for name in order:
-            figures = decode_batch(models[name], dataset, indices, args.beam, device, hypotheses=hypotheses[name])
+            with TritonCompiles() as compiles:
+                figures = decode_batch(models[name], dataset, indices, args.beam, device,
+                                       hypotheses=hypotheses[name])
             figures.update({"window_size": window_size, "model": name, "batch": number,
-                            "batch_size": len(indices),
+                            "batch_size": len(indices), "triton_compiles": compiles.count,
                             "tokens_per_second": figures["tokens"] / figures["forward_seconds"]})
             runs.append(figures)
             for key in totals[name]:
                 totals[name][key] += figures[key]
             print(f"L={window_size:2d} batch {number} ({len(indices)} windows) {name:11s} {figures['tokens']:6d} "
                   f"tokens {figures['forward_seconds']:7.2f} s forward {figures['wall_seconds']:7.2f} s wall "
-                  f"{figures['tokens_per_second']:8.1f} tokens/s", flush=True)
+                  f"{figures['tokens_per_second']:8.1f} tokens/s"
+                  + (f" ({compiles.count} Triton compiles while timed)" if compiles.count else ""), flush=True)
     speeds = {name: t["tokens"] / t["forward_seconds"] for name, t in totals.items()}
     wall_speeds = {name: t["tokens"] / t["wall_seconds"] for name, t in totals.items()}
     summary = {"window_size": window_size, "batch_size": len(batches[0]),
