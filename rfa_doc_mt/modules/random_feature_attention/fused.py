@@ -106,10 +106,10 @@ DOT_MIN = 16
 # how the cross read's products (the queries' features, and their read of the summary) are taken:
 # "tf32x3", each fp32 operand split into two TF32 parts and three products on the tensor cores (an
 # error per product of about 2^-22 of its size, near fp32's 2^-24), or "ieee", fp32 on the CUDA cores.
-# With the beams padded to DOT_MIN rows, fp32 products on the CUDA cores likely cost more than reading
-# the summary: the H200 profile in docs/benchmarks.md has the read at a sixth of the memory's speed,
-# the kernel at least two fifths of the device's time per step at L = 1 (scripts/bench_gpu.sh times
-# it alone at both precisions). Triton's interpreter takes both in fp32. A Triton that cannot
+# With the beams padded to DOT_MIN rows, fp32 products on the CUDA cores cost more than reading the
+# summary: on an H200 the read alone takes 2.28x as long with them as in tf32x3, outputs 1.9e-6 apart
+# (docs/benchmarks.md; scripts/bench_gpu.sh times it at both precisions). Triton's interpreter
+# takes both in fp32. A Triton that cannot
 # compile "tf32x3" falls back to "ieee", once, with a warning (_cross_precision).
 CROSS_DOT_PRECISION = "tf32x3"
 # keys of one block of the local heads' loop (32 x 64 tiles of keys and of values in registers):
