@@ -67,6 +67,38 @@ def test_training_speed_measures_a_step_of_the_batch_it_asks_for(capsys):
     assert gated["model"] == "rfa-feature" and gated["tokens"] == 64 and len(gated["step_seconds"]) == 1
 
 
+def test_operator_count_counts_computing_operators_in_rfas_gpu_forms(tmp_path, capsys):
+    """The operator counter: one per operator that computes, none for a view; the count taken in
+    RFA's GPU forms (the features of every head in one product, where the CPU's form takes one
+    product per head), the forms restored after; and a run's JSON with RFA / transformer per L."""
+    import torch
+
+    from rfa_doc_mt.bench.operator_count import OperatorCounter, count_step, main
+    from rfa_doc_mt.modules.random_feature_attention import features, layers
+
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    with OperatorCounter() as counter:
+        (a @ b).sin().view(-1).permute(0)
+    assert dict(counter.counts) == {"mm": 1, "sin": 1}
+    x = torch.randn(2, 4, 3, 8)  # 4 heads
+    matrix = features.orthogonal_random_matrices(torch.Generator().manual_seed(1), 1, 4, 16, 8)[0]
+    counts = count_step(lambda: features.random_fourier_features(x, matrix))
+    assert counts["bmm"] == 1 and counts["mm"] == 0  # every head at once
+    assert features.PER_HEAD_FEATURES == {"cpu"} and layers.PER_HEAD_KEYS_READ == {"cpu"}
+    with OperatorCounter() as counter:
+        features.random_fourier_features(x, matrix)
+    assert counter.counts["mm"] == 4  # the CPU's form, one head at a time
+    out = tmp_path / "ops.json"
+    assert main(["--out", str(out), "--tiny", "--window-sizes", "2", "--tokens", "64", "--sentence-length", "8",
+                 "--vocabulary", "60"]) == 0
+    result = json.loads(out.read_text())
+    runs = {run["model"]: run for run in result["runs"]}
+    assert runs["rfa"]["tokens"] == runs["transformer"]["tokens"] == 64
+    assert result["summary"][0]["rfa_over_transformer"] == pytest.approx(
+        runs["rfa"]["operators"] / runs["transformer"]["operators"])
+    assert "L= 2: RFA's operators / the transformer's" in capsys.readouterr().out
+
+
 def test_ceiling_projects_like_an_attention_and_attends_to_nothing():
     """The decode benchmark's ceiling: at every step each decoder attention projects the token
     (q, k, v for self-attention, q for cross-attention) and returns an output projection; the

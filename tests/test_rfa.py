@@ -44,6 +44,7 @@ from rfa_doc_mt.modules.random_feature_attention import features as rfa_features
 from rfa_doc_mt.modules.random_feature_attention import layers as rfa_layers
 from rfa_doc_mt.modules.random_feature_attention import training as rfa_training
 from rfa_doc_mt.modules.random_feature_attention.features import (
+    MIN_TAU,
     DecodingFeatureMap,
     feature_map_function,
     projection_of,
@@ -52,6 +53,7 @@ from rfa_doc_mt.modules.random_feature_attention.features import (
 from rfa_doc_mt.modules.random_feature_attention.state import (
     column_major_state,
     is_column_major,
+    normalised,
     select_rows,
     state_readout,
 )
@@ -218,6 +220,45 @@ def test_unit_vectors_and_their_gradient_follow_x_over_its_norm():
     assert_fp32_close(got[~floored], want[~floored], 2 * head_dim + 4, size, "gradient, regular rows")
     assert_fp32_close(got[floored], want[floored], 2, weights.abs().max().item() * 1e6, "gradient, floored rows")
     assert torch.allclose(want[floored], weights[floored] / 1e-6)
+
+
+def test_the_projection_by_a_learned_tau_and_its_gradient_follow_w_over_clamped_tau():
+    """W / max(τ, MIN_TAU) with its own backward against autograd through the division and the
+    clamp (float64): the projection, and the gradients of τ (0 for a τ below the clamp) and of W."""
+    generator = torch.Generator().manual_seed(8)
+    matrix = torch.randn(3, 6, 4, generator=generator, dtype=torch.float64).requires_grad_()
+    tau = torch.tensor([0.7, MIN_TAU / 5, 1.3], dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(3, 6, 4, generator=generator, dtype=torch.float64)
+    expected = matrix / tau.clamp_min(MIN_TAU).view(-1, 1, 1)
+    got = projection_of(matrix, tau)
+    assert type(got.grad_fn).__name__ != "DivBackward0"  # its own backward
+    assert torch.allclose(got, expected, rtol=1e-15, atol=0)
+    want, have = (torch.autograd.grad((p * weights).sum(), (matrix, tau)) for p in (expected, got))
+    assert float(have[1][1]) == 0.0 and float(have[1][0]) != 0.0  # clamped: no gradient
+    for name, w, h in zip(("W", "tau"), want, have):
+        # a sum of 24 products of size |g| |W| / τ² (float64)
+        assert torch.allclose(h, w, rtol=1e-12, atol=1e-12), name
+
+
+def test_normalised_and_its_gradient_follow_the_division_by_the_floored_mass():
+    """The readout's normalisation n / max(m, floor) with its own backward against autograd through
+    the slices, the clamp and the division (float64), with masses above and below the floor: the
+    output and the gradient of the joined [n, m] (0 for the masses the floor holds)."""
+    generator = torch.Generator().manual_seed(9)
+    joined = torch.randn(2, 3, 5, 7, generator=generator, dtype=torch.float64)
+    joined[..., -1] = 0.05 + 2 * torch.rand(2, 3, 5, generator=generator, dtype=torch.float64)
+    below = joined[..., -1] < NORMALISER_FLOOR
+    assert 0 < int(below.sum()) < below.numel()
+    joined.requires_grad_()
+    weights = torch.randn(2, 3, 5, 6, generator=generator, dtype=torch.float64)
+    expected = joined[..., :-1] / joined[..., -1:].clamp_min(NORMALISER_FLOOR)
+    got = normalised(joined)
+    assert type(got.grad_fn).__name__ != "DivBackward0"  # its own backward
+    assert torch.allclose(got, expected, rtol=1e-15, atol=0)
+    want, have = (torch.autograd.grad((o * weights).sum(), joined)[0] for o in (expected, got))
+    assert (have[..., -1][below] == 0).all() and (have[..., -1][~below] != 0).all()
+    # six products of size |g| |n| / m² summed into each mass's gradient (float64)
+    assert torch.allclose(have, want, rtol=1e-12, atol=1e-12)
 
 
 def test_keys_read_one_head_at_a_time_equals_the_two_step_form():

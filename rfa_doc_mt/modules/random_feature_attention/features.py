@@ -136,7 +136,34 @@ def projection_of(random_matrix: Tensor, tau: Optional[Tensor]) -> Tensor:
     """W / τ: [heads, D, head_dim]."""
     if tau is None:
         return random_matrix
+    if torch.is_grad_enabled() and (tau.requires_grad or random_matrix.requires_grad):
+        return _InverseTauScaled.apply(random_matrix, tau)
     return random_matrix / tau.clamp_min(MIN_TAU).view(-1, 1, 1)
+
+
+class _InverseTauScaled(torch.autograd.Function):
+    """``W / max(τ, MIN_TAU)`` per head, whose backward takes τ's gradient in one product and a
+    sum, ``-Σ g · (W/τ) / τ`` (0 where the clamp holds τ at its floor): autograd's division and
+    clamp take about a dozen operations, each a kernel on a GPU, where RFA's training step is
+    bound by launching them."""
+
+    @staticmethod
+    def forward(ctx, random_matrix: Tensor, tau: Tensor) -> Tensor:
+        floored = tau.clamp_min(MIN_TAU)
+        projection = random_matrix / floored.view(-1, 1, 1)
+        ctx.save_for_backward(projection, floored, tau < MIN_TAU)
+        return projection
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        projection, floored, below = ctx.saved_tensors
+        want_matrix, want_tau = ctx.needs_input_grad
+        grad_matrix = grad / floored.view(-1, 1, 1) if want_matrix else None
+        grad_tau = None
+        if want_tau:
+            grad_tau = (grad * projection).sum((1, 2)).div_(floored).neg_().masked_fill_(below, 0.0)
+        return grad_matrix, grad_tau
 
 
 def _project(x: Tensor, projection: Tensor) -> Tensor:
@@ -204,9 +231,10 @@ class _FourierFeatures(torch.autograd.Function):
         grad_units = rows.new_empty(rows.shape) if want_units else None
         grad_projection = projection.new_empty(projection.shape) if want_projection else None
         if rows.device.type not in PER_HEAD_FEATURES:  # every head at once
-            angle_grad = torch.mul(grad[..., :count], features[..., count:])
+            angle_grad = rows.new_empty(features.shape[:-1] + (count,))  # heads first and contiguous
+            torch.mul(grad[..., :count], features[..., count:], out=angle_grad)
             angle_grad = angle_grad.addcmul_(grad[..., count:], features[..., :count], value=-1)
-            angle_grad = angle_grad.reshape(heads, -1, count)
+            angle_grad = angle_grad.view(heads, -1, count)
             if want_units:
                 grad_units = torch.bmm(angle_grad, projection).view(features.shape[:-1] + (dim,))
             if want_projection:
@@ -247,24 +275,28 @@ def fourier_angle_grad(grad: Tensor, features: Tensor) -> Tensor:
     return angles.addcmul_(grad[..., count:], features[..., :count], value=-1).reshape(-1, count)
 
 
-def random_fourier_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None) -> Tensor:
+def random_fourier_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None,
+                            projection: Optional[Tensor] = None) -> Tensor:
     """[..., heads, time, head_dim] → [..., heads, time, 2D] fp32: [sin(Wx̂/τ), cos(Wx̂/τ)] / √D.
 
     φ(x)·φ(y) = mean_i cos(w_i·(x̂ - ŷ)/τ) ≈ exp(-|x̂ - ŷ|²/2τ²) = exp((x̂·ŷ - 1)/τ²).
+    ``projection``: W/τ (:func:`projection_of`) where the caller made it already, for both the
+    queries and the keys of one forward.
     """
-    projection = projection_of(random_matrix, tau).float()
+    projection = (projection_of(random_matrix, tau) if projection is None else projection).float()
     units = unit_vectors(x.movedim(-3, 0))  # heads first: the layout of the projection's product
     return _FourierFeatures.apply(units, projection, 1.0 / math.sqrt(projection.size(-2)))
 
 
-def positive_random_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None) -> Tensor:
+def positive_random_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tensor] = None,
+                             projection: Optional[Tensor] = None) -> Tensor:
     """[..., heads, time, head_dim] → [..., heads, time, D] fp32: exp(Wx̂/τ - 1/τ²) / √D.
 
     Positive random features (Choromanski et al., 2021) of the same kernel as the Fourier map:
     E[φ(x)·φ(y)] = exp(x̂·ŷ/τ²) exp(-1/τ²). The exponent is at most |w|/τ - 1/τ² ≤ |w|²/4,
     bounded for every τ, so no max-subtraction is needed for fp32.
     """
-    projected = _project(x, projection_of(random_matrix, tau))
+    projected = _project(x, projection_of(random_matrix, tau) if projection is None else projection)
     if tau is None:
         offset = 1.0
     else:

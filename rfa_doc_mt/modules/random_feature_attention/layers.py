@@ -154,10 +154,11 @@ class _RandomFeatureAttentionBase(HandOff, nn.Module):
         weight, bias = self.gate_proj.weight, self.gate_proj.bias
         return F.linear(x.float(), weight.float(), bias.float())
 
-    def features_of(self, x: Tensor, random_matrix: Tensor) -> Tensor:
+    def features_of(self, x: Tensor, random_matrix: Tensor, projection: Optional[Tensor] = None) -> Tensor:
         """[..., heads, time, head_dim] → [..., heads, time, F] fp32, the training form (decoding's
-        per-token features: :meth:`decoding_features`)."""
-        return feature_map_function(self.feature_map)(x, random_matrix, self.tau)
+        per-token features: :meth:`decoding_features`). ``projection``: W/τ of ``random_matrix``
+        (:func:`.features.projection_of`) where one forward makes features twice."""
+        return feature_map_function(self.feature_map)(x, random_matrix, self.tau, projection=projection)
 
     def decoding_features(self, buffer: Dict[str, Optional[Tensor]]) -> DecodingFeatureMap:
         """The feature map of decoding (:class:`.features.DecodingFeatureMap`): built from the
@@ -266,13 +267,15 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
         time, batch, _ = query.shape
         q, k, v = self._split_qkv(query)
         local = self.local_heads
+        rfa_q, rfa_k, rfa_v = (x[:, local:] for x in (q, k, v)) if local else (q, k, v)
         with full_precision(query):
             random_matrix = self.random_matrices()
-            phi_q, phi_k = self.features_of(q[:, local:], random_matrix), self.features_of(k[:, local:], random_matrix)
+            projection = projection_of(random_matrix, self.tau)  # one for the queries and the keys
+            phi_q, phi_k = (self.features_of(x, random_matrix, projection) for x in (rfa_q, rfa_k))
             log_forget, key_weight = self._gates(query, key_padding_mask)
             if self.state_update == "delta":  # only padding weighs its write (class docstring)
                 beta = self.write_strengths(query).permute(1, 2, 0)  # [batch, RFA heads, time]
-                out, _ = chunked_delta_rule(phi_q, phi_k, v[:, local:], beta, log_forget,
+                out, _ = chunked_delta_rule(phi_q, phi_k, rfa_v, beta, log_forget,
                                             self._padding_weights(key_padding_mask), chunk_size=self.chunk_size,
                                             final_state=False)
             else:
@@ -280,7 +283,7 @@ class RandomFeatureCausalAttention(_RandomFeatureAttentionBase):
                     chunk_size = min(self.chunk_size, PER_FEATURE_CHUNK_SIZE)
                 else:
                     chunk_size = cheapest_chunk_size(time, phi_q.size(-1), self.head_dim, longest=self.chunk_size)
-                out, _ = chunked_causal_rfa(phi_q, phi_k, v[:, local:], log_forget, key_weight,
+                out, _ = chunked_causal_rfa(phi_q, phi_k, rfa_v, log_forget, key_weight,
                                             chunk_size=chunk_size, final_state=False)
         if local:
             ids = sentence_ids_from_starts(self.handed("sentence_starts", (batch, time), "its local heads"))
@@ -549,7 +552,8 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
     def _rfa_source(self, k: Tensor, v: Tensor, key: Tensor, key_padding_mask: Optional[Tensor],
                     sentence_starts: Optional[Tensor]) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
         """The RFA heads' part of :meth:`_source_heads` (k, v of every head), as :meth:`_source_projections`."""
-        k, v = k[:, self.local_heads:], v[:, self.local_heads:]
+        if self.local_heads:
+            k, v = k[:, self.local_heads:], v[:, self.local_heads:]
         batch, _, source, _ = k.shape
         with full_precision(key):
             padding = key_padding_mask.bool() if key_padding_mask is not None and key_padding_mask.any() else None
@@ -619,19 +623,21 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
         time, batch, _ = query.shape
         q = self.q_proj(query)
         local_width = self.local_heads * self.head_dim
-        q_rfa = q[..., local_width:]  # the local heads come first (q itself without local heads)
+        q_rfa = q[..., local_width:] if local_width else q  # the local heads come first
         if incremental_state is None:
             random_matrix = self.random_matrices()
+            projection = projection_of(random_matrix, self.tau)  # one for the keys and the queries
             starts = self.handed_or_none("sentence_starts")
             k_all, v_all = self._source_heads(key)
             k, v, key_weight = self._rfa_source(k_all, v_all, key, key_padding_mask, starts)
             if self.feature_map == "fourier" and k.device.type in PER_HEAD_KEYS_READ and \
                     keys_form_is_cheaper(k.size(2), self.features, self.head_dim + 1, reads=time):
-                out = self._fourier_keys_read(q_rfa, k, v, key_weight, random_matrix)
+                out = self._fourier_keys_read(q_rfa, k, v, key_weight, projection)
             else:
                 with full_precision(key):
-                    summary = cross_rfa_summary(self.features_of(k, random_matrix), v, key_weight, reads=time)
-                out = self._read(q_rfa, summary, random_matrix=random_matrix)
+                    summary = cross_rfa_summary(self.features_of(k, random_matrix, projection), v, key_weight,
+                                                reads=time)
+                out = self._read(q_rfa, summary, random_matrix=random_matrix, projection=projection)
             if self.local_heads:
                 out = torch.cat([self._local_attention(q[..., :local_width], k_all, v_all, key_padding_mask), out], -1)
             return self.out_proj(out), None
@@ -716,30 +722,31 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
         return out.reshape(1, batch, width)
 
     def _fourier_keys_read(self, q: Tensor, k: Tensor, v: Tensor, key_weight: Optional[Tensor],
-                           random_matrix: Tensor) -> Tensor:
+                           projection: Tensor) -> Tensor:
         """The training form's read through the source's keys with the Fourier map
         (:func:`.training.fourier_keys_numerator`: features made and used one head at a time):
         the RFA heads' queries q [time, batch, heads x head_dim] (projected), k and v [batch, heads,
-        source, head_dim] and the keys' weights (as :meth:`_source_projections`) → [time, batch,
+        source, head_dim], the keys' weights (as :meth:`_source_projections`) and W/τ → [time, batch,
         heads x head_dim]."""
         time, batch, width = q.shape
         with full_precision(q):
             q_units = unit_vectors(q.view(time, batch, self.rfa_heads, self.head_dim).permute(2, 1, 0, 3))
             k_units = unit_vectors(k.transpose(0, 1))
             values = weighted_values(v, key_weight).transpose(0, 1)
-            projection = projection_of(random_matrix, self.tau).float()
-            out = normalised(fourier_keys_numerator(q_units, k_units, values, projection))  # heads first
+            out = normalised(fourier_keys_numerator(q_units, k_units, values, projection.float()))  # heads first
             out = out.permute(2, 1, 0, 3).reshape(time, batch, width)
         return out.to(q.dtype)
 
     def _read(self, q: Tensor, summary: Dict[str, Tensor], rows: Optional[Tensor] = None,
-              random_matrix: Optional[Tensor] = None, feature_map: Optional[DecodingFeatureMap] = None) -> Tensor:
+              random_matrix: Optional[Tensor] = None, feature_map: Optional[DecodingFeatureMap] = None,
+              projection: Optional[Tensor] = None) -> Tensor:
         """The RFA heads' queries q [time, batch, heads x head_dim] (projected), a source summary of
         ``stored`` sources → [time, batch, heads x head_dim].
 
         The batch holds ``batch // sources`` consecutive rows (beams) per source; source i reads
         summary row ``rows[i]`` (``rows`` None: row i). The features of the queries come from
-        ``feature_map`` (decoding) or else from ``random_matrix`` (the training form)."""
+        ``feature_map`` (decoding) or else from ``random_matrix`` (the training form; ``projection``
+        its W/τ where the caller made it)."""
         time, batch, width = q.shape
         heads = self.rfa_heads
         stored = next(iter(summary.values())).size(0)
@@ -750,7 +757,7 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
             # phi_q [sources, heads, beams*time, F]: the beams of a source read the same summary
             if feature_map is None:
                 heads_q = heads_q.permute(1, 3, 2, 0, 4).reshape(sources, heads, -1, self.head_dim)
-                phi_q = self.features_of(heads_q, random_matrix)
+                phi_q = self.features_of(heads_q, random_matrix, projection)
             else:  # head-major for one product over heads, then viewed per source
                 units = unit_vectors(heads_q.permute(3, 1, 2, 0, 4)).view(heads, -1, self.head_dim)
                 phi_q = feature_map(units).view(heads, sources, beams * time, -1).transpose(0, 1)

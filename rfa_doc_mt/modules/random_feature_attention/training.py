@@ -40,7 +40,7 @@ def chunked_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Opti
     1]ᵀ`` decayed to the chunk's end, reaches chunk ``j`` through the decay between the chunks:
     the state chunk ``j`` starts from is ``Σ_{i<j} e^{T_{j-1} - T_i} A_i`` (``T`` the cumulative
     sum of the chunks' log decays, so every exponent is ≤ 0), one product with a lower-triangular
-    ``[chunks, chunks]`` matrix; without gates a cumulative sum of the ``A_j``. The memory is
+    ``[chunks, chunks]`` matrix; without gates, of ones below the diagonal. The memory is
     that of the loop (a state per chunk, which autograd keeps either way).
     """
     if log_forget is not None and log_forget.dim() == 4:
@@ -65,23 +65,25 @@ def chunked_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Opti
         return x.reshape(batch, heads, chunks, chunk, *x.shape[3:])
 
     q, k, val = as_chunks(phi_q), as_chunks(phi_k), as_chunks(values)
-    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
     scores = q @ k.transpose(-1, -2)  # [batch, heads, chunks, chunk, chunk]
     needs_added = chunks > 1 or final_state
     if log_forget is None:
-        out = scores.masked_fill(~causal, 0.0) @ val
+        out = scores.tril() @ val  # a key reaches the queries at and after it
         added = k.transpose(-1, -2) @ val if needs_added else None  # [batch, heads, chunks, F, dv + 1]
         if chunks > 1:  # the state each chunk starts from: what the chunks before it added
-            before = added[:, :, :-1].cumsum(2)
+            earlier = torch.ones(chunks, chunks, dtype=added.dtype, device=added.device).tril(-1)
+            before = (earlier @ added.flatten(-2)).view(added.shape)
             if initial_state is not None:
                 before = before + initial_state.float().unsqueeze(2)
-            out[:, :, 1:] += q[:, :, 1:] @ before
-        if initial_state is not None:
-            out[:, :, 0] += q[:, :, 0] @ initial_state.float()
+            out = out + q @ before
+        elif initial_state is not None:
+            out = out + q @ initial_state.float().unsqueeze(2)
+        out = normalised(out.reshape(batch, heads, -1, columns)[:, :, :time] if filled else
+                         out.view(batch, heads, time, columns))
         if not final_state:
-            return normalised(out.reshape(batch, heads, -1, columns)[:, :, :time]), None
-        state = added.sum(2) if initial_state is None else initial_state.float() + added.sum(2)
-        return normalised(out.reshape(batch, heads, -1, columns)[:, :, :time]), state
+            return out, None
+        return out, (added.sum(2) if initial_state is None else initial_state.float() + added.sum(2))
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
     cumulative = as_chunks(log_forget.float().unsqueeze(-1)).squeeze(-1).cumsum(-1)  # log Π f from each chunk's start
     log_decay = (cumulative.unsqueeze(-1) - cumulative.unsqueeze(-2)).masked_fill(~causal, float("-inf"))
     out = (scores * log_decay.exp()) @ val
@@ -101,7 +103,8 @@ def chunked_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Opti
         out = out + read @ before
     elif initial_state is not None:
         out = out + read @ initial_state.float().unsqueeze(2)
-    out = normalised(out.reshape(batch, heads, -1, columns)[:, :, :time])
+    out = normalised(out.reshape(batch, heads, -1, columns)[:, :, :time] if filled else
+                     out.view(batch, heads, time, columns))
     if not final_state:
         return out, None
     # the state after the last chunk: every chunk's addition decayed to the end
