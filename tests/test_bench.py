@@ -88,6 +88,14 @@ def test_operator_count_counts_computing_operators_in_rfas_gpu_forms(tmp_path, c
     with OperatorCounter() as counter:
         features.random_fourier_features(x, matrix)
     assert counter.counts["mm"] == 4  # the CPU's form, one head at a time
+    # with the fused features: one launch forward, one backward (and the product for τ's gradient), no sine
+    x.requires_grad_()
+    tau = torch.ones(4, requires_grad=True)
+    counts = count_step(lambda: features.random_fourier_features(x, matrix, tau).sum().backward(),
+                        fused_features=True)
+    assert counts["triton:fourier_features_kernel"] == counts["triton:fourier_features_backward_kernel"] == 1
+    assert counts["sin"] == 0 and counts["bmm"] == 1
+    assert features.FUSED_FEATURE_DEVICES == {"cuda"}
     out = tmp_path / "ops.json"
     assert main(["--out", str(out), "--tiny", "--window-sizes", "2", "--tokens", "64", "--sentence-length", "8",
                  "--vocabulary", "60"]) == 0

@@ -412,6 +412,106 @@ def module_terms(module, time):
     return 2 * (2 * module.embed_dim + 2 * module.head_dim + module.features + time + FEATURE_ROUNDINGS)
 
 
+# ---------------------------------------------------------------------------------------
+# the training form's Fourier features, fused (fused_features.py)
+
+
+def formula_features64(x, matrix, tau):
+    """The Fourier features of x [lead, heads, time, head_dim] in float64 with autograd: the unit
+    vectors floored as features.py floors them, then [sin P, cos P] / √D with P = x̂ (W/τ)ᵀ."""
+    units = x / x.norm(dim=-1, keepdim=True).clamp_min(UNIT_NORM_FLOOR)
+    projection = matrix.double() / tau.clamp_min(MIN_TAU).view(-1, 1, 1)
+    angles = torch.einsum("lhtd,hjd->lhtj", units, projection)
+    return torch.cat([angles.sin(), angles.cos()], dim=-1) / math.sqrt(matrix.size(1))
+
+
+@pytest.mark.parametrize("projections", [PROJECTIONS, 40, 100], ids=["one block", "a partial block", "two blocks"])
+def test_fused_training_features_and_their_gradients_follow_the_formula(projections):
+    """The kernels of the training form's Fourier features, forward and backward, against the formula
+    in float64 with autograd: from a permuted input with rows over two blocks of the kernel, a zero
+    row and one below the norms' floor (whose gradient is g / floor); the gradients of the input and
+    of a learned τ, one of them held at its clamp (no gradient)."""
+    from rfa_doc_mt.modules.random_feature_attention.fused_features import ROWS_BLOCK, fused_fourier_features
+
+    generator = torch.Generator().manual_seed(4)
+    lead, time = 3, ROWS_BLOCK // 2 + 1  # 51 rows per head: two blocks, the second partial
+    matrix = orthogonal_random_matrices(generator, 1, HEADS, projections, HEAD_DIM)[0]
+    tau = torch.tensor([0.8, MIN_TAU / 2])
+    x = 3 * torch.randn(lead, time, HEADS, HEAD_DIM, generator=generator)
+    x[0, 1] = 0.0
+    x[2, 3, 1] *= 1e-7 / x[2, 3, 1].norm()
+    x = x.permute(0, 2, 1, 3)  # [lead, heads, time, head_dim], not contiguous
+    x32, tau32 = x.to(DEVICE).requires_grad_(), tau.to(DEVICE).requires_grad_()
+    from rfa_doc_mt.modules.random_feature_attention.features import projection_of
+
+    got = fused_fourier_features(x32, projection_of(matrix.to(DEVICE), tau32))
+    x64, tau64 = x.double().requires_grad_(), tau.double().requires_grad_()
+    expected = formula_features64(x64, matrix, tau64)
+    assert got.shape == (lead, HEADS, time, 2 * projections) and got.dtype == torch.float32
+    error_scale = feature_error_scale(expected.detach().transpose(1, 2), matrix, tau, "fourier").transpose(1, 2)
+    assert_within_rounding(got, expected.detach(), HEAD_DIM + FEATURE_ROUNDINGS, error_scale, "fused features")
+    weights = torch.randn(got.shape, generator=generator, dtype=torch.float64)
+    want = torch.autograd.grad((expected * weights).sum(), (x64, tau64))
+    have = torch.autograd.grad((got * weights.float().to(DEVICE)).sum(), (x32, tau32))
+    assert float(have[1][1]) == 0.0 and float(have[1][0]) != 0.0  # τ held at its clamp: no gradient
+    floored = x.norm(dim=-1) < UNIT_NORM_FLOOR
+    assert int(floored.sum()) == 3  # a zero row in each head, one below the floor
+    # a unit vector's gradient sums 2D angle gradients of size |g| |w|/τ per head (each a product
+    # of two roundings of features), through head_dim more: relative to that size over the row's norm
+    clamped = tau.clamp_min(MIN_TAU)
+    angle_size = matrix.norm(dim=-1).max(dim=-1).values / clamped * weights.abs().max().item()  # [heads]
+    norms = x.norm(dim=-1, keepdim=True).clamp_min(UNIT_NORM_FLOOR)
+    assert_within_rounding(have[0], want[0], 2 * projections + HEAD_DIM + FEATURE_ROUNDINGS,
+                           (angle_size.view(1, -1, 1, 1) / norms).expand(x.shape), "input gradient")
+    # τ's gradient sums the angle gradients times their angles over its head's rows and projections,
+    # each of size |g| |P| / τ with |P| <= |w| / τ
+    terms = 2 * projections + lead * time * projections
+    assert_within_rounding(have[1], want[1], terms, angle_size / clamped, "tau gradient")
+
+
+def test_the_training_features_take_the_kernels_where_they_run_and_the_torch_form_elsewhere(monkeypatch, caplog):
+    """A module's training step with the fused features (the CPU added to their devices, under the
+    interpreter) gives the torch form's outputs and gradients; a Triton whose kernels fail their
+    first check leaves the torch form in place, with a warning; inputs of other ranks and devices
+    never take the kernels."""
+    from rfa_doc_mt.modules.random_feature_attention import features as features_module
+    from rfa_doc_mt.modules.random_feature_attention import fused_features
+
+    torch.manual_seed(3)
+    # eval: the fixed evaluation matrix in both forwards (training draws one per forward)
+    module = RandomFeatureCausalAttention(16, HEADS, PROJECTIONS, seed=11, learned_tau=True).eval()
+    generator = torch.Generator().manual_seed(12)
+    query = torch.randn(20, 3, 16, generator=generator, dtype=torch.float64).float().to(DEVICE)
+    module = module.to(DEVICE)
+    counted = []
+    real_apply = fused_features._FusedFourierFeatures.apply
+
+    def counting_apply(*args):
+        counted.append(args[0].shape)
+        return real_apply(*args)
+
+    monkeypatch.setattr(fused_features._FusedFourierFeatures, "apply", counting_apply)
+    results = []
+    for devices in ({"cuda"}, {"cuda", DEVICE}):
+        monkeypatch.setattr(features_module, "FUSED_FEATURE_DEVICES", devices)
+        inputs = query.clone().requires_grad_()
+        out, _ = module(inputs)
+        results.append((out, *torch.autograd.grad(out.square().sum(), (inputs, module.tau))))
+    assert len(counted) >= 2  # queries and keys, in the second step only (and the first check's)
+    for name, plain, fused in zip(("output", "input gradient", "tau gradient"), *results):
+        assert torch.allclose(fused, plain, rtol=1e-4, atol=1e-5), name
+    # a kernel that fails its check: the torch form, with a warning
+    monkeypatch.setattr(fused_features, "_CHECKED", {})
+    monkeypatch.setattr(fused_features, "_launch", lambda *args, **options: (_ for _ in ()).throw(
+        RuntimeError("no kernel here")))
+    with caplog.at_level("WARNING"):
+        assert not fused_features.fused_features_work(torch.device(DEVICE))
+    assert "do not run here" in caplog.text and "no kernel here" in caplog.text
+    counted.clear()
+    out, _ = module(query)
+    assert counted == [] and torch.isfinite(out).all()
+
+
 class CudaTensor:
     """What the choice of a decoding path reads of a tensor, as a CUDA tensor without a gradient
     has it (the choice is tested on machines without a GPU)."""
@@ -830,4 +930,4 @@ def test_the_kernels_compile_for_an_h100(tmp_path):
     import json
 
     sizes = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(sizes) == 8 and all(size > 0 for size in sizes.values()), sizes
+    assert len(sizes) == 10 and all(size > 0 for size in sizes.values()), sizes

@@ -13,15 +13,17 @@ randomly initialised, paper sizes; ``--tiny``: the ``*_tiny`` ones) the same bat
 :mod:`.training_speed` (random windows making ``--tokens`` tokens), one warm-up step, then one step
 (forward, label-smoothed cross-entropy, backward) counted under a dispatch mode, RFA in the forms a
 GPU takes (its features and its cross attention's read with every head in one product, where a CPU
-takes one head at a time). The JSON holds the machine, the commit, the settings, each count with
-its ten commonest operators, and RFA / transformer per L.
+takes one head at a time; with ``--fused-features`` its features through their Triton kernels,
+:mod:`..modules.random_feature_attention.fused_features`, each launch counted as one operator and
+not run, so that no GPU or Triton is needed). The JSON holds the machine, the commit, the
+settings, each count with its ten commonest operators, and RFA / transformer per L.
 """
 
 import argparse
 import collections
 import contextlib
 import sys
-from typing import Counter, Dict, Iterator
+from typing import Counter, Dict, Iterator, Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -54,25 +56,49 @@ class OperatorCounter(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def gpu_forms() -> Iterator[None]:
-    """RFA's training forms as on a GPU, on any device, while the context lasts."""
-    from ..modules.random_feature_attention import features, layers
+def gpu_forms(launches: Optional[Counter[str]] = None) -> Iterator[None]:
+    """RFA's training forms as on a GPU, on any device, while the context lasts. With ``launches``,
+    the training features' Triton kernels too (:mod:`..modules.random_feature_attention.fused_features`),
+    each launch counted there by its kernel's name and not run: what follows computes on
+    uninitialised features, in the same operators."""
+    from ..modules.random_feature_attention import features, fused_features, layers
 
-    saved = features.PER_HEAD_FEATURES, layers.PER_HEAD_KEYS_READ
+    def launch(kernel, grid, *args, **options):
+        launches[f"triton:{kernel.__name__}"] += 1
+
+    saved = (features.PER_HEAD_FEATURES, layers.PER_HEAD_KEYS_READ, features.FUSED_FEATURE_DEVICES,
+             fused_features.fused_features_work, fused_features._launch, fused_features._kernels)
     features.PER_HEAD_FEATURES, layers.PER_HEAD_KEYS_READ = frozenset(), frozenset()
+    if launches is not None:
+        features.FUSED_FEATURE_DEVICES = frozenset(features.FUSED_FEATURE_DEVICES | {"cpu"})
+        fused_features.fused_features_work = lambda device: True
+        fused_features._launch = launch
+        fused_features._kernels = lambda device: _KernelNames()
     try:
         yield
     finally:
-        features.PER_HEAD_FEATURES, layers.PER_HEAD_KEYS_READ = saved
+        (features.PER_HEAD_FEATURES, layers.PER_HEAD_KEYS_READ, features.FUSED_FEATURE_DEVICES,
+         fused_features.fused_features_work, fused_features._launch, fused_features._kernels) = saved
 
 
-def count_step(step) -> Counter[str]:
-    """The operators one call of ``step`` runs, after a warm-up call, in RFA's GPU forms."""
-    with gpu_forms():
+class _KernelNames:
+    """Stands for the kernels' module where launches are counted, not run: a kernel is its name."""
+
+    def __getattr__(self, name: str):
+        return type(name, (), {"__name__": name})
+
+
+def count_step(step, fused_features: bool = False) -> Counter[str]:
+    """The operators one call of ``step`` runs, after a warm-up call, in RFA's GPU forms (with
+    ``fused_features``: the training features' kernels, each launch one operator)."""
+    launches: Optional[Counter[str]] = collections.Counter() if fused_features else None
+    with gpu_forms(launches):
         step()
+        if launches is not None:
+            launches.clear()
         with OperatorCounter() as counter:
             step()
-    return counter.counts
+    return counter.counts + (launches or collections.Counter())
 
 
 def measure(model_name: str, window_size: int, args) -> Dict:
@@ -85,7 +111,7 @@ def measure(model_name: str, window_size: int, args) -> Dict:
                         share_all_embeddings=True, max_source_positions=2048, max_target_positions=2048).train()
     step, windows, tokens = random_window_step(model, dictionary, separator, args.tokens, window_size,
                                                args.sentence_length, args.seed)
-    counts = count_step(step)
+    counts = count_step(step, fused_features=args.fused_features)
     return {"model": model_name, "arch": arch, "window_size": window_size, "windows": windows, "tokens": tokens,
             "operators": sum(counts.values()), "commonest": counts.most_common(10)}
 
@@ -96,6 +122,7 @@ def run(args) -> Dict:
               "settings": {"window_sizes": args.window_sizes, "tokens": args.tokens,
                            "sentence_length": args.sentence_length, "vocabulary": args.vocabulary,
                            "models": MODELS, "tiny": args.tiny, "forms": "RFA's GPU forms",
+                           "fused_features": args.fused_features,
                            "step": "forward + label-smoothed cross-entropy + backward, no optimiser update",
                            "not counted": sorted(NO_KERNEL)},
               "runs": [], "summary": []}
@@ -122,6 +149,9 @@ def main(argv=None) -> int:
     parser.add_argument("--vocabulary", type=int, default=10000)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--fused-features", action="store_true",
+                        help="RFA's training features through their Triton kernels, as on a GPU with Triton: "
+                             "each launch counted as one operator, not run")
     parser.add_argument("--tiny", action="store_true",
                         help="the *_tiny architectures: a fast check of the code paths")
     args = parser.parse_args(argv)

@@ -177,6 +177,11 @@ def _project(x: Tensor, projection: Tensor) -> Tensor:
 # a head's angles stay in a CPU's caches); elsewhere, as on a GPU where a loop over heads costs
 # launches, every head in one batched product
 PER_HEAD_FEATURES = {"cpu"}
+# the device types on which the training form's Fourier features of a [lead, heads, time,
+# head_dim] input take the fused Triton kernels (:mod:`.fused_features`: three kernels where
+# torch's operators take about seventeen) when Triton is installed; the tests add the CPU under
+# Triton's interpreter
+FUSED_FEATURE_DEVICES = {"cuda"}
 
 
 class _FourierFeatures(torch.autograd.Function):
@@ -284,6 +289,11 @@ def random_fourier_features(x: Tensor, random_matrix: Tensor, tau: Optional[Tens
     queries and the keys of one forward.
     """
     projection = (projection_of(random_matrix, tau) if projection is None else projection).float()
+    if x.dim() == 4 and x.device.type in FUSED_FEATURE_DEVICES:
+        from .fused_features import fused_features_work, fused_fourier_features
+
+        if fused_features_work(x.device):
+            return fused_fourier_features(x, projection)
     units = unit_vectors(x.movedim(-3, 0))  # heads first: the layout of the projection's product
     return _FourierFeatures.apply(units, projection, 1.0 / math.sqrt(projection.size(-2)))
 

@@ -171,6 +171,97 @@ def cross_read_kernel(query, weight, offset, state, rows, out,
 
 
 @triton.jit
+def fourier_features_kernel(x, weight, features, units, norms,
+                            count, time, head_dim,
+                            x_lead, x_head, x_row, weight_head, weight_projection,
+                            features_lead, features_head, features_row,
+                            scale, unit_floor, PROJECTIONS: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+                            BLOCK_DIM: tl.constexpr, BLOCK_PROJECTIONS: tl.constexpr):
+    """RFA's Fourier features in training, for one block of rows of one head: program (block, head).
+
+    x [lead, heads, time, head_dim] (any strides but the last; ``count`` = lead x time rows per
+    head) → features [lead, heads, time, 2D] fp32 (``[sin P, cos P] · scale``, P = x̂ Wᵀ, the
+    :func:`.features.random_fourier_features` of the training form), with what the backward needs:
+    the unit vectors x̂ [heads, count, head_dim] and the norms |x| [heads, count] (fp32,
+    contiguous). weight: W/τ [heads, D, head_dim] fp32 (last dimension contiguous). The products
+    are fp32 (``ieee``): an angle's rounding is its sine's."""
+    block = tl.program_id(0)
+    head = tl.program_id(1)
+    rows = block * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_mask = rows < count
+    lead = (rows // time).to(tl.int64)
+    position = (rows % time).to(tl.int64)
+    dims = tl.arange(0, BLOCK_DIM)
+    dim_mask = dims < head_dim
+    tile = row_mask[:, None] & dim_mask[None, :]
+    values = tl.load(x + lead[:, None] * x_lead + head * x_head + position[:, None] * x_row + dims[None, :],
+                     mask=tile, other=0.0).to(tl.float32)
+    norm = tl.sqrt(tl.sum(values * values, axis=1))
+    unit = values / tl.maximum(norm, unit_floor)[:, None]
+    kept = head.to(tl.int64) * count + rows
+    tl.store(units + kept[:, None] * head_dim + dims[None, :], unit, mask=tile)
+    tl.store(norms + kept, norm, mask=row_mask)
+    written = features + lead * features_lead + head * features_head + position * features_row
+    for start in range(0, PROJECTIONS, BLOCK_PROJECTIONS):
+        projection = start + tl.arange(0, BLOCK_PROJECTIONS)
+        projection_mask = projection < PROJECTIONS
+        w = tl.load(weight + head * weight_head + projection[None, :] * weight_projection + dims[:, None],
+                    mask=dim_mask[:, None] & projection_mask[None, :], other=0.0)  # [head_dim, projections]
+        angles = tl.dot(unit, w, input_precision="ieee")
+        out = row_mask[:, None] & projection_mask[None, :]
+        tl.store(written[:, None] + projection[None, :], tl.sin(angles) * scale, mask=out)
+        tl.store(written[:, None] + PROJECTIONS + projection[None, :], tl.cos(angles) * scale, mask=out)
+
+
+@triton.jit
+def fourier_features_backward_kernel(grad, features, weight, units, norms, angle_grad, grad_x,
+                                     count, time, head_dim,
+                                     grad_lead, grad_head, grad_row, features_lead, features_head, features_row,
+                                     weight_head, weight_projection, unit_floor,
+                                     PROJECTIONS: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_DIM: tl.constexpr,
+                                     BLOCK_PROJECTIONS: tl.constexpr):
+    """The backward of :func:`fourier_features_kernel` for one block of rows of one head: program
+    (block, head). From the features' gradient ``grad`` [lead, heads, time, 2D] and the features
+    themselves, the angles' gradient ``g_sin · s cos P - g_cos · s sin P``, written to angle_grad
+    [heads, count, D] (W's gradient is its product with the unit vectors, one batched product
+    after this kernel), its product with W, and through the unit vectors
+    ``(g - x̂ (x̂·g)) / |x|`` (below the norms' floor ``g / floor``), written to grad_x [heads,
+    count, head_dim] fp32 (contiguous)."""
+    block = tl.program_id(0)
+    head = tl.program_id(1)
+    rows = block * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_mask = rows < count
+    lead = (rows // time).to(tl.int64)
+    position = (rows % time).to(tl.int64)
+    dims = tl.arange(0, BLOCK_DIM)
+    dim_mask = dims < head_dim
+    read_grad = grad + lead * grad_lead + head * grad_head + position * grad_row
+    read_features = features + lead * features_lead + head * features_head + position * features_row
+    kept = head.to(tl.int64) * count + rows
+    unit_grad = tl.zeros([BLOCK_ROWS, BLOCK_DIM], dtype=tl.float32)
+    for start in range(0, PROJECTIONS, BLOCK_PROJECTIONS):
+        projection = start + tl.arange(0, BLOCK_PROJECTIONS)
+        projection_mask = projection < PROJECTIONS
+        tile = row_mask[:, None] & projection_mask[None, :]
+        sine_grad = tl.load(read_grad[:, None] + projection[None, :], mask=tile, other=0.0).to(tl.float32)
+        cosine_grad = tl.load(read_grad[:, None] + PROJECTIONS + projection[None, :], mask=tile,
+                              other=0.0).to(tl.float32)
+        sine = tl.load(read_features[:, None] + projection[None, :], mask=tile, other=0.0)
+        cosine = tl.load(read_features[:, None] + PROJECTIONS + projection[None, :], mask=tile, other=0.0)
+        angles_grad = sine_grad * cosine - cosine_grad * sine
+        tl.store(angle_grad + kept[:, None] * PROJECTIONS + projection[None, :], angles_grad, mask=tile)
+        w = tl.load(weight + head * weight_head + projection[:, None] * weight_projection + dims[None, :],
+                    mask=projection_mask[:, None] & dim_mask[None, :], other=0.0)  # [projections, head_dim]
+        unit_grad += tl.dot(angles_grad, w, input_precision="ieee")
+    tile = row_mask[:, None] & dim_mask[None, :]
+    unit = tl.load(units + kept[:, None] * head_dim + dims[None, :], mask=tile, other=0.0)
+    norm = tl.load(norms + kept, mask=row_mask, other=1.0)
+    along = tl.where(norm < unit_floor, 0.0, tl.sum(unit * unit_grad, axis=1))
+    result = (unit_grad - unit * along[:, None]) / tl.maximum(norm, unit_floor)[:, None]
+    tl.store(grad_x + kept[:, None] * head_dim + dims[None, :], result, mask=tile)
+
+
+@triton.jit
 def local_causal_step_kernel(qkv, keys_in, values_in, length_in, keys_out, values_out, length_out, rows, starts,
                              real, out, head_dim,
                              qkv_row, qkv_part, qkv_head,
@@ -345,6 +436,10 @@ def compile_kernels(capability: int = 90, warp_size: int = 32) -> dict:
         "cross, positive, fp32 products, fp32": (cross_read_kernel, dict(
             SINE=False, HAS_ROWS=False, PROJECTIONS=256, DOT_PRECISION="ieee", BLOCK_BEAMS=16, **rfa_sizes),
             "*fp32"),
+        "training features, 32 causal projections, bf16 input": (fourier_features_kernel, dict(
+            PROJECTIONS=32, BLOCK_ROWS=32, BLOCK_DIM=64, BLOCK_PROJECTIONS=32), "*bf16"),
+        "training features' backward, 256 cross projections": (fourier_features_backward_kernel, dict(
+            PROJECTIONS=256, BLOCK_ROWS=32, BLOCK_DIM=64, BLOCK_PROJECTIONS=64), "*fp32"),
         "causal local, gathered keys, padding, loop to each row's length, bf16": (local_causal_step_kernel, dict(
             HAS_CACHE=True, HAS_ROWS=True, HAS_REAL=True, DYNAMIC=True, KEY_SPAN=0, **local_sizes), "*bf16"),
         "causal local, nothing before, loop to a constexpr, fp32": (local_causal_step_kernel, dict(
@@ -358,7 +453,7 @@ def compile_kernels(capability: int = 90, warp_size: int = 32) -> dict:
     }
     sizes = {}
     for name, (kernel, constants, io_type) in variants.items():
-        if "PROJECTIONS" in constants:
+        if "PROJECTIONS" in constants and "SINE" in constants:
             constants["FEATURES"] = 2 * constants["PROJECTIONS"] if constants["SINE"] else constants["PROJECTIONS"]
         signature = {}
         for argument in kernel.arg_names:
@@ -367,9 +462,10 @@ def compile_kernels(capability: int = 90, warp_size: int = 32) -> dict:
             elif argument in integers:
                 signature[argument] = integers[argument]
             elif argument in ("qkv", "query", "out", "keys", "values", "keys_in", "values_in", "keys_out",
-                              "values_out"):
+                              "values_out", "x"):
                 signature[argument] = io_type
-            elif argument in ("weight", "offset", "state", "state_in", "state_out", "forget", "key_weight"):
+            elif argument in ("weight", "offset", "state", "state_in", "state_out", "forget", "key_weight",
+                              "features", "units", "norms", "grad", "angle_grad", "grad_x"):
                 signature[argument] = "*fp32"
             else:
                 signature[argument] = "fp32" if argument in floats else "i32"
