@@ -8,22 +8,22 @@
 #   0. the cross read alone (cap 30 s, expected ~15 s): python -m rfa_doc_mt.bench.readout_bandwidth at the
 #      L = 1 batch (1024 sources), the fused kernel's products in fp32 and in 3xTF32 against a plain pass
 #      over the summaries' memory -> OUT_DIR/readout.json
-#   1. decode speed in fp32 (cap 210 s, expected ~3.2 min): the paper's batches (--batch-scale 1), beam 4,
+#   1. decode speed in fp32 (cap 190 s, expected ~2.3 min): the paper's batches (--batch-scale 1), beam 4,
 #      outputs forced to the reference length, one batch per L; the transformer, RFA on the eager path, RFA
 #      on the fused path (Triton kernels), the remedy (RFA with 2 of its cross heads local, rfa-crosslocal2,
 #      on the fused path: its local heads in a kernel of their own) and the ceiling in one process; the
 #      kernels each model's decoder steps launch and the device time they take (torch.profiler, steps 1, 2,
 #      4, 8, 16 of the first batch; the first step, which reads the source, apart) -> OUT_DIR/fp32/
-#   2. training speed (cap 110 s, expected ~1.6 min): a training step of the transformer and RFA at L = 1, 4,
-#      15 on the GPU, seconds and peak GPU memory per step, and one more step profiled (the kernels that take
-#      its time) -> OUT_DIR/training.json
-#   3. decode speed in --dtype2 (default fp16; cap 150 s, expected ~2.3 min): as 1, without RFA's eager path
+#   2. training speed (cap 150 s, expected ~1.8 min): a training step of the transformer and RFA at L = 1, 4,
+#      15 on the GPU, RFA with its training features fused (Triton) and in torch's operators, seconds and peak
+#      GPU memory per step, and one more step profiled (the kernels that take its time) -> OUT_DIR/training.json
+#   3. decode speed in --dtype2 (default fp16; cap 130 s, expected ~1.8 min): as 1, without RFA's eager path
 #      (step 1 compares the paths), its kernels profiled at steps 1, 2, 4 -> OUT_DIR/<dtype2>/
 #   4. the plots of runs cut short, and the tables (Markdown: speeds, time per decoder step, training)
 #      -> printed and OUT_DIR/tables.md
-# The sizes come from the H200 run in docs/benchmarks.md: step 1 took about 45 s per L (L = 15 the
-# longest), step 2 about 27 s per L after 15 s of start, step 3 about 30 s per L; with seven L in step 1
-# and caps of 70 s and 90 s for steps 2 and 3 none of the three finished, so the plan keeps four L.
+# The sizes come from the H200 runs in docs/benchmarks.md: in the second, with these four L, step 1 took
+# 136 s, step 2 70 s for two models (three now) and step 3 109 s; in the first, with seven L in step 1 and
+# caps of 70 s and 90 s for steps 2 and 3, none of the three finished.
 # Source text: as scripts/bench_decode_speed.sh (IWSLT15's test talks, prepared on first use from
 # ../shared/data/iwslt15-zh-en, else the synthetic corpus; --data DIR: a prepared corpus).
 # --dry-run: the same steps on this machine's CPU, in under a minute, to check the script and the
@@ -87,7 +87,7 @@ if [ "$DRY_RUN" = 1 ]; then
   KERNEL_COUNTS=(--kernel-counts 2)
   KERNEL_COUNTS2=(--kernel-counts 1)
   READOUT=(--fused --sources 2 --heads 2 --features 16 --head-dim 4 --layers 2 --repeats 1)
-  TRAINING=(--device cpu --tiny --window-sizes 1 --tokens 256 --steps 1 --profile 3)
+  TRAINING=(--device cpu --tiny --window-sizes 1 --tokens 256 --steps 1 --profile 3 --rfa-features auto,torch)
   LIMITS=(120 60 120 60)
   BUDGET=360
 else
@@ -102,8 +102,8 @@ else
   KERNEL_COUNTS=(--kernel-counts 5)
   KERNEL_COUNTS2=(--kernel-counts 3)
   READOUT=(--device cuda --sources 1024 --repeats 10)
-  TRAINING=(--device cuda --window-sizes 1,4,15 --steps 3 --threads 4 --profile 8)
-  LIMITS=(210 110 150 30)
+  TRAINING=(--device cuda --window-sizes 1,4,15 --steps 3 --threads 4 --profile 8 --rfa-features auto,torch)
+  LIMITS=(190 150 130 30)
   BUDGET=500  # seconds for the four steps: with the installation, the checks and the tables, 8.5 minutes
 fi
 export KINETO_LOG_LEVEL=${KINETO_LOG_LEVEL:-5}  # the profiler's own messages: errors only

@@ -65,6 +65,17 @@ def test_training_speed_measures_a_step_of_the_batch_it_asks_for(capsys):
                  "--steps", "1", "--sentence-length", "8", "--vocabulary", "60"]) == 0
     gated = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert gated["model"] == "rfa-feature" and gated["tokens"] == 64 and len(gated["step_seconds"]) == 1
+    # RFA with its training features in torch's operators on every device (where a GPU would fuse them)
+    from rfa_doc_mt.modules.random_feature_attention import features
+
+    devices = features.FUSED_FEATURE_DEVICES
+    try:
+        assert main(["measure", "--model", "rfa", "--rfa-features", "torch", "--window-size", "2", "--tokens", "64",
+                     "--steps", "1", "--sentence-length", "8", "--vocabulary", "60"]) == 0
+        assert not features.FUSED_FEATURE_DEVICES
+    finally:
+        features.FUSED_FEATURE_DEVICES = devices
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["model"] == "rfa-torch-features"
 
 
 def test_operator_count_counts_computing_operators_in_rfas_gpu_forms(tmp_path, capsys):

@@ -132,7 +132,9 @@ def training_table(result: Dict) -> str:
     runs = {(r["model"], r["window_size"]): r for r in result["runs"]}
     header = ["L"] + [str(L) for L in window_sizes]
     rows = []
-    for name in ("transformer", "rfa"):
+    models = ("transformer", "rfa") + (("rfa-torch-features",) if "rfa-torch-features" in
+                                       {model for model, _ in runs} else ())
+    for name in models:
         cells = []
         for L in window_sizes:
             run = runs.get((name, L), {})
@@ -144,7 +146,11 @@ def training_table(result: Dict) -> str:
         for L in window_sizes])
     ratios = {s["window_size"]: s for s in result["summary"]}
     for key, label in (("rfa_over_transformer", "**RFA / transformer, step time**"),
+                       ("torch_features_over_transformer", "RFA with its features in torch's operators / "
+                                                            "transformer, step time"),
                        ("rfa_over_transformer_memory", "RFA / transformer, peak memory")):
+        if key == "torch_features_over_transformer" and len(models) < 3:
+            continue
         rows.append([label] + [_number(ratios.get(L, {}).get(key), 2) for L in window_sizes])
     device = result["machine"].get("gpu") or result["machine"].get("cpu")
     return f"training step, {result['settings']['tokens']} tokens, {device}\n\n" + _table(header, rows)

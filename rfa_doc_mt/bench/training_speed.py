@@ -5,11 +5,12 @@
 
 For every window size L and both models (``doc_transformer``, ungated ``rfa_doc_transformer``,
 randomly initialised; ``--rfa-gates`` measures RFA with the causal gates it lists instead,
-``rfa-<gate>``), one batch of random windows of L sentences of ``--sentence-length`` tokens, as
-many windows as make ``--tokens`` tokens (the same number of tokens at every L), and a training
-step on it: forward, label-smoothed cross-entropy, backward (no optimiser
-update, which costs the same for both). Each (model, L) runs in a fresh process, one after
-the other, never two at once:
+``rfa-<gate>``; ``--rfa-features auto,torch`` each also with its training features in torch's
+operators where a GPU with Triton would fuse them, ``rfa-torch-features``), one batch of random
+windows of L sentences of ``--sentence-length`` tokens, as many windows as make ``--tokens``
+tokens (the same number of tokens at every L), and a training step on it: forward,
+label-smoothed cross-entropy, backward (no optimiser update, which costs the same for both).
+Each (model, L) runs in a fresh process, one after the other, never two at once:
 
 * ``seconds_per_step``: the median of ``--steps`` timed steps after one warm-up step;
 * ``tokens_per_second``: target tokens / ``seconds_per_step``;
@@ -45,11 +46,14 @@ from ..provenance import commit_info, machine_info, record_load_at_end, write_js
 from .common import profiled_step, random_window_step, timed_steps
 
 MODELS = {"transformer": "doc_transformer", "rfa": "rfa_doc_transformer"}
+FEATURE_FORMS = ("auto", "torch")
 
 
-def rfa_name(gate: str) -> str:
-    """The name of RFA with causal gate ``gate`` in the results: ``rfa`` (ungated), ``rfa-sgate``..."""
-    return "rfa" if gate == "none" else f"rfa-{gate}"
+def rfa_name(gate: str, features: str = "auto") -> str:
+    """The name of RFA with causal gate ``gate`` in the results: ``rfa`` (ungated), ``rfa-sgate``...;
+    with its features in torch's operators where they would be fused, ``rfa-torch-features``..."""
+    name = "rfa" if gate == "none" else f"rfa-{gate}"
+    return name if features == "auto" else f"{name}-torch-features"
 
 
 def measure(args) -> Dict:
@@ -58,6 +62,10 @@ def measure(args) -> Dict:
 
     torch.set_num_threads(args.threads)
     cuda = args.device.startswith("cuda")
+    if args.rfa_features == "torch":  # the training features in torch's operators on every device
+        from ..modules.random_feature_attention import features
+
+        features.FUSED_FEATURE_DEVICES = frozenset()
     dictionary, separator = toy_dictionary(args.vocabulary - 5)  # with the 4 special symbols and <sep>
     options = [] if args.model == "transformer" else ["--rfa-gate", args.gate]
     arch = MODELS[args.model] + ("_tiny" if args.tiny else "")
@@ -82,7 +90,7 @@ def measure(args) -> Dict:
     peak = torch.cuda.max_memory_allocated(args.device) if cuda else \
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     per_step = statistics.median(seconds)
-    name = args.model if args.model == "transformer" else rfa_name(args.gate)
+    name = args.model if args.model == "transformer" else rfa_name(args.gate, args.rfa_features)
     profiled = {"profile": profiled_step(step, cuda, args.profile)} if args.profile else {}
     return {**profiled, "model": name, "arch": arch, "window_size": args.window_size, "windows": windows,
             "tokens": batch_tokens, "seconds_per_step": per_step, "step_seconds": seconds,
@@ -95,16 +103,19 @@ def run(args) -> Dict:
               "settings": {"window_sizes": args.window_sizes, "tokens": args.tokens, "steps": args.steps,
                            "sentence_length": args.sentence_length, "vocabulary": args.vocabulary,
                            "threads": args.threads, "models": MODELS, "rfa_gates": args.rfa_gates,
+                           "rfa_features": args.rfa_features,
                            "device": args.device, "tiny": args.tiny,
                            "step": "forward + label-smoothed cross-entropy + backward, no optimiser update"},
               "runs": [], "summary": []}
     for window_size in args.window_sizes:
         figures = {}
-        models = [("transformer", "none")] + [("rfa", gate) for gate in args.rfa_gates]
-        for model, gate in models:
-            name = model if model == "transformer" else rfa_name(gate)
+        models = [("transformer", "none", "auto")] + [("rfa", gate, features) for gate in args.rfa_gates
+                                                       for features in args.rfa_features]
+        for model, gate, features in models:
+            name = model if model == "transformer" else rfa_name(gate, features)
             command = [sys.executable, "-m", "rfa_doc_mt.bench.training_speed", "measure", "--model", model,
-                       "--gate", gate, "--window-size", str(window_size), "--tokens", str(args.tokens),
+                       "--gate", gate, "--rfa-features", features, "--window-size", str(window_size),
+                       "--tokens", str(args.tokens),
                        "--steps", str(args.steps), "--sentence-length", str(args.sentence_length),
                        "--vocabulary", str(args.vocabulary), "--threads", str(args.threads), "--seed", str(args.seed),
                        "--device", args.device, "--profile", str(args.profile)] + (["--tiny"] if args.tiny else [])
@@ -112,11 +123,11 @@ def run(args) -> Dict:
             if done.returncode != 0:
                 error = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
                 result["runs"].append({"model": name, "window_size": window_size, "error": error[0]})
-                print(f"L={window_size:2d} {name:11s} failed: {error[0]}", flush=True)
+                print(f"L={window_size:2d} {name:18s} failed: {error[0]}", flush=True)
                 continue
             figures[name] = json.loads(done.stdout.strip().splitlines()[-1])
             result["runs"].append(figures[name])
-            print(f"L={window_size:2d} {name:11s} {figures[name]['tokens']:6d} tokens "
+            print(f"L={window_size:2d} {name:18s} {figures[name]['tokens']:6d} tokens "
                   f"{figures[name]['seconds_per_step']:7.2f} s/step {figures[name]['tokens_per_second']:8.1f} tokens/s "
                   f"peak +{figures[name]['peak_mb']:7.1f} MB", flush=True)
             profile = figures[name].get("profile")
@@ -125,7 +136,7 @@ def run(args) -> Dict:
                     profile else f"{profile['cpu_ms']:.1f} ms of operators"
                 top = "; ".join(f"{entry['share']:.0%} {(entry.get('kernel') or entry.get('op'))[:60]}"
                                 for entry in profile["top"][:3])
-                print(f"L={window_size:2d} {name:11s} profiled step: {busy}; most time: {top}", flush=True)
+                print(f"L={window_size:2d} {name:18s} profiled step: {busy}; most time: {top}", flush=True)
         summary = {"window_size": window_size}
         if "rfa" in figures and "transformer" in figures:
             ratio = figures["rfa"]["seconds_per_step"] / figures["transformer"]["seconds_per_step"]
@@ -133,6 +144,11 @@ def run(args) -> Dict:
             summary.update(rfa_over_transformer=ratio, rfa_over_transformer_memory=memory_ratio)
             print(f"L={window_size:2d}: RFA step time / transformer's {ratio:.2f}, peak memory {memory_ratio:.2f}",
                   flush=True)
+        if "rfa-torch-features" in figures and "transformer" in figures:
+            ratio = figures["rfa-torch-features"]["seconds_per_step"] / figures["transformer"]["seconds_per_step"]
+            summary.update(torch_features_over_transformer=ratio)
+            print(f"L={window_size:2d}: RFA with its features in torch's operators, step time / transformer's "
+                  f"{ratio:.2f}", flush=True)
         if len(args.rfa_gates) > 1 or args.rfa_gates != ["none"]:
             for baseline, key in (("transformer", "over_transformer"), ("rfa-sgate", "over_sgate")):
                 if baseline in figures:
@@ -142,6 +158,13 @@ def run(args) -> Dict:
                           + ", ".join(f"{name} {r:.2f}" for name, r in summary[key].items()), flush=True)
         result["summary"].append(summary)
     return record_load_at_end(result)
+
+
+def _features(value: str):
+    forms = [form.strip() for form in value.split(",") if form.strip()]
+    if not forms or any(form not in FEATURE_FORMS for form in forms):
+        raise argparse.ArgumentTypeError(f"{value!r}: expected forms from {FEATURE_FORMS}")
+    return forms
 
 
 def _gates(value: str):
@@ -171,7 +194,11 @@ def main(argv=None) -> int:
                               "launched and the N that take most of it; on a CPU the N costliest operators")
         sub.add_argument("--tiny", action="store_true",
                          help="the *_tiny architectures: a fast check of the code paths, not a measurement")
+        features_help = ("auto: RFA's training features through their Triton kernels where they run (CUDA, with "
+                         "Triton); torch: in torch's operators everywhere")
         if name == "run":
+            sub.add_argument("--rfa-features", type=_features, default=["auto"],
+                             help=f"comma-separated, each RFA measured with each: {features_help} (default auto)")
             sub.add_argument("--window-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 15])
             sub.add_argument("--rfa-gates", type=_gates, default=["none"],
                              help="causal gates of the RFA models measured beside the transformer, comma-"
@@ -180,6 +207,7 @@ def main(argv=None) -> int:
         else:
             sub.add_argument("--model", choices=sorted(MODELS), required=True)
             sub.add_argument("--gate", choices=GATE_VARIANTS, default="none", help="RFA's causal gate")
+            sub.add_argument("--rfa-features", choices=FEATURE_FORMS, default="auto", help=features_help)
             sub.add_argument("--window-size", type=int, required=True)
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
