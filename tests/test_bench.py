@@ -356,6 +356,26 @@ def test_step_table_gives_each_models_time_per_step_and_rfas_cost_per_window():
         step_table(result)
 
 
+def test_training_table_adds_rfa_with_torch_features_where_it_was_measured():
+    """The training table: the transformer and RFA, and RFA with its features in torch's operators
+    (``--rfa-features auto,torch``) with its ratio, only where that model was measured."""
+    from rfa_doc_mt.bench.speed_table import training_table
+
+    def run(model, seconds):
+        return {"model": model, "window_size": 4, "seconds_per_step": seconds, "tokens_per_second": 4096 / seconds,
+                "peak_mb": 100.0}
+
+    result = {"settings": {"window_sizes": [4], "tokens": 4096}, "machine": {"gpu": "GPU"},
+              "runs": [run("transformer", 0.04), run("rfa", 0.05), run("rfa-torch-features", 0.06)],
+              "summary": [{"window_size": 4, "rfa_over_transformer": 1.25, "rfa_over_transformer_memory": 1.0,
+                           "torch_features_over_transformer": 1.5}]}
+    table = training_table(result)
+    assert "| rfa-torch-features s/step (tokens/s) | 0.060 (68267) |" in table
+    assert "| RFA with its features in torch's operators / transformer, step time | 1.50 |" in table
+    result["runs"].pop()
+    assert "torch" not in training_table(result)
+
+
 def test_fused_hypotheses_are_counted_where_they_differ_and_tabled():
     """The GPU benchmark decodes the same batches on RFA's eager and fused paths: the windows whose
     best hypotheses differ (a near tie flipped by rounding) are counted per L and tabled."""
