@@ -276,6 +276,11 @@ def test_kernel_counter_counts_the_chosen_decoder_steps_and_stops_after_the_last
         assert summary["device_ms_per_step"] is None and summary["top_kernels"] == []
         assert 0 < timer.first_step_seconds < timer.forward_seconds  # steps 1 and 2 ran after the first
         assert min(summary["operators"]) > 0
+        # the host's time in them: ATen operators only here (no Triton launches on the eager path)
+        aten, triton = summary["host"]["aten"], summary["host"]["triton"]
+        assert aten["calls_per_step"] == summary["operators_per_step"] and aten["host_ms_per_step"] > 0
+        assert aten["host_us_per_call"] == pytest.approx(aten["host_ms_per_step"] * 1000 / aten["calls_per_step"])
+        assert triton == {"calls_per_step": 0, "host_ms_per_step": 0, "host_us_per_call": None}
         per_step[name] = summary["operators_per_step"]
     assert per_step["ceiling"] < per_step["rfa"]
 

@@ -43,8 +43,10 @@ randomly initialised (only speed is measured), for each window size L, with beam
   call and its cache reordering), as GPU kernels (CUDA devices' events: kernels, copies, fills)
   and as top-level ATen operators, and their means; on a GPU also the device's busy time per step
   and the kernels that take most of it (where a model's step time goes: ``device_ms_per_step``,
-  ``top_kernels``). The first step (0), which also reads the source, is profiled apart
-  (``first_step``).
+  ``top_kernels``), and the host's time in the step's top-level calls, ATen operators and Triton
+  launches apart (``host``: calls, ms per step and µs a call, as the profiler times them, its own
+  cost included: compare the two kinds, not the absolute figures). The first step (0), which also
+  reads the source, is profiled apart (``first_step``).
 * ``--tiny`` uses the ``*_tiny`` architectures: a fast check of the code paths (e.g. on a CPU, of
   the fused path in the interpreter), not a measurement.
 * ``--rfa-gates sgate,token,feature`` decodes RFA with these causal gates too (``rfa-<gate>``,
@@ -361,11 +363,17 @@ class KernelCounter:
             if self.cuda:
                 torch.cuda.synchronize()
         events = profiler.events()
-        counts = self.counts.setdefault(step, {"kernels": 0, "operators": 0, "device_us": 0.0})
+        counts = self.counts.setdefault(step, {"kernels": 0, "operators": 0, "device_us": 0.0, "aten_calls": 0,
+                                               "aten_host_us": 0.0, "triton_calls": 0, "triton_host_us": 0.0})
         kernels = device_events(events)
         counts["kernels"] += len(kernels)
-        counts["operators"] += sum(1 for e in events if e.device_type == DeviceType.CPU and e.cpu_parent is None
-                                   and e.name.startswith(("aten::", "triton::")))
+        for event in events:
+            if event.device_type == DeviceType.CPU and event.cpu_parent is None and \
+                    event.name.startswith(("aten::", "triton::")):
+                kind = event.name.split("::")[0]
+                counts["operators"] += 1
+                counts[f"{kind}_calls"] += 1
+                counts[f"{kind}_host_us"] += event.time_range.elapsed_us()
         total, per_kernel = device_time(kernels)
         counts["device_us"] += total
         for name, (us, calls) in per_kernel.items():
@@ -381,6 +389,13 @@ class KernelCounter:
         first = self.counts.get(0)
         first_step = first and {"kernels": first["kernels"] if self.cuda else None, "operators": first["operators"],
                                 "device_ms": first["device_us"] / 1000 if self.cuda else None}
+        host = {}
+        for kind in ("aten", "triton"):
+            calls = sum(self.counts[s][f"{kind}_calls"] for s in steps)
+            host_us = sum(self.counts[s][f"{kind}_host_us"] for s in steps)
+            host[kind] = {"calls_per_step": calls / len(steps) if steps else None,
+                          "host_ms_per_step": host_us / 1000 / len(steps) if steps else None,
+                          "host_us_per_call": host_us / calls if calls else None}
         busy = sum(us for us, _ in self.kernel_time.values()) or 1.0
         top = sorted(self.kernel_time.items(), key=lambda item: item[1][0], reverse=True)[:TOP_KERNELS]
         return {"steps": steps, "kernels": [self.counts[s]["kernels"] for s in steps],
@@ -388,7 +403,7 @@ class KernelCounter:
                 "kernels_per_step": mean["kernels"] if self.cuda else None, "operators_per_step": mean["operators"],
                 "device_ms": device_ms if self.cuda else None,
                 "device_ms_per_step": float(np.mean(device_ms)) if self.cuda and steps else None,
-                "first_step": first_step,
+                "first_step": first_step, "host": host,
                 "top_kernels": [{"kernel": name[:120], "ms_per_step": us / 1000 / len(steps), "share": us / busy,
                                  "launches_per_step": calls / len(steps)} for name, (us, calls) in top]}
 
@@ -530,6 +545,9 @@ def measure_setting(models: Dict, dataset, window_size: int, batch_size: int, ba
                 print(f"L={window_size:2d} {name}: first step {first.get('kernels')} kernels, device busy "
                       f"{first.get('device_ms') or 0:.1f} ms; device busy {counts['device_ms_per_step']:.2f} ms per "
                       f"profiled step after it; most time: {top}", flush=True)
+            print(f"L={window_size:2d} {name}: host time of a profiled step's top-level calls: " + ", ".join(
+                f"{kind} {h['calls_per_step']:.0f} calls, {h['host_ms_per_step']:.2f} ms ({h['host_us_per_call']:.1f} "
+                f"µs a call)" for kind, h in counts["host"].items() if h["host_us_per_call"] is not None), flush=True)
     line = (f"L={window_size:2d}, {summary['batch_size']} windows per batch: transformer "
             f"{speeds['transformer']:.1f} tokens/s")
     for name, key, label in (("rfa", "speedup", "RFA"), (FUSED, "fused_speedup", "RFA fused")):
