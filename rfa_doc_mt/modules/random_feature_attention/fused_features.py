@@ -50,7 +50,7 @@ class _FusedFourierFeatures(torch.autograd.Function):
         features = x.new_empty(lead, heads, time, 2 * projections, dtype=torch.float32)
         units = x.new_empty(heads, count, head_dim, dtype=torch.float32)
         norms = x.new_empty(heads, count, dtype=torch.float32)
-        _launch(_kernels(x.device).fourier_features_kernel, (triton_cdiv(count, ROWS_BLOCK), heads),
+        _launch(_kernels(x.device).fourier_features_kernel, (_cdiv(count, ROWS_BLOCK), heads),
                 x, projection, features, units, norms, count, time, head_dim,
                 x.stride(0), x.stride(1), x.stride(2), projection.stride(0), projection.stride(1),
                 features.stride(0), features.stride(1), features.stride(2), scale, UNIT_NORM_FLOOR,
@@ -71,7 +71,7 @@ class _FusedFourierFeatures(torch.autograd.Function):
             grad = grad.contiguous()
         angle_grad = units.new_empty(heads, count, projections)
         grad_x = units.new_empty(heads, count, head_dim)
-        _launch(_kernels(grad.device).fourier_features_backward_kernel, (triton_cdiv(count, ROWS_BLOCK), heads),
+        _launch(_kernels(grad.device).fourier_features_backward_kernel, (_cdiv(count, ROWS_BLOCK), heads),
                 grad, features, projection, units, norms, angle_grad, grad_x, count, time, head_dim,
                 grad.stride(0), grad.stride(1), grad.stride(2), features.stride(0), features.stride(1),
                 features.stride(2), projection.stride(0), projection.stride(1), UNIT_NORM_FLOOR,
@@ -83,7 +83,7 @@ class _FusedFourierFeatures(torch.autograd.Function):
         return grad_x, grad_projection, None
 
 
-def triton_cdiv(n: int, d: int) -> int:
+def _cdiv(n: int, d: int) -> int:
     return -(-n // d)
 
 

@@ -171,6 +171,14 @@ def cross_read_kernel(query, weight, offset, state, rows, out,
 
 
 @triton.jit
+def _row_block(count, time, BLOCK_ROWS: tl.constexpr):
+    """The rows of program ``(block, ·)`` of the training features' kernels, of ``count`` = lead x
+    time per head: the rows, which of them exist, and each one's lead index and position in time."""
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    return rows, rows < count, (rows // time).to(tl.int64), (rows % time).to(tl.int64)
+
+
+@triton.jit
 def fourier_features_kernel(x, weight, features, units, norms,
                             count, time, head_dim,
                             x_lead, x_head, x_row, weight_head, weight_projection,
@@ -185,12 +193,8 @@ def fourier_features_kernel(x, weight, features, units, norms,
     the unit vectors x̂ [heads, count, head_dim] and the norms |x| [heads, count] (fp32,
     contiguous). weight: W/τ [heads, D, head_dim] fp32 (last dimension contiguous). The products
     are fp32 (``ieee``): an angle's rounding is its sine's."""
-    block = tl.program_id(0)
     head = tl.program_id(1)
-    rows = block * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    row_mask = rows < count
-    lead = (rows // time).to(tl.int64)
-    position = (rows % time).to(tl.int64)
+    rows, row_mask, lead, position = _row_block(count, time, BLOCK_ROWS)
     dims = tl.arange(0, BLOCK_DIM)
     dim_mask = dims < head_dim
     tile = row_mask[:, None] & dim_mask[None, :]
@@ -227,12 +231,8 @@ def fourier_features_backward_kernel(grad, features, weight, units, norms, angle
     after this kernel), its product with W, and through the unit vectors
     ``(g - x̂ (x̂·g)) / |x|`` (below the norms' floor ``g / floor``), written to grad_x [heads,
     count, head_dim] fp32 (contiguous)."""
-    block = tl.program_id(0)
     head = tl.program_id(1)
-    rows = block * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    row_mask = rows < count
-    lead = (rows // time).to(tl.int64)
-    position = (rows % time).to(tl.int64)
+    rows, row_mask, lead, position = _row_block(count, time, BLOCK_ROWS)
     dims = tl.arange(0, BLOCK_DIM)
     dim_mask = dims < head_dim
     read_grad = grad + lead * grad_lead + head * grad_head + position * grad_row
