@@ -14,12 +14,13 @@ from rfa_doc_mt.reproduce.real_text import table_bible
 def test_three_seeds_of_every_l4_system_in_the_order_that_settles_the_most_first():
     experiment = EXPERIMENTS["bible"]
     rows = experiment.rows(BIBLE, converged=True)
-    assert len(rows) == 4 * 3 + 2
+    assert len(rows) == 5 * 3 + 2
     ordered = sorted((row for row, _ in rows), key=experiment.train_priority)
     assert ordered[:6] == ["transformer_L4", "rfa_cross_local_L4", "transformer_L4_seed2", "rfa_cross_local_L4_seed2",
                            "transformer_L4_seed3", "rfa_cross_local_L4_seed3"]
     assert ordered[6:] == ["rfa_L4", "rfa_L4_seed2", "rfa_L4_seed3", "transformer_L1", "rfa_L1", "rfa_sgate_L4",
-                           "rfa_sgate_L4_seed2", "rfa_sgate_L4_seed3"]
+                           "rfa_sgate_L4_seed2", "rfa_sgate_L4_seed3", "rfa_local_L4", "rfa_local_L4_seed2",
+                           "rfa_local_L4_seed3"]
     for row, system in rows:
         assert os.path.isfile(os.path.join(os.path.dirname(__file__), "..", system.config)), system.config
 
@@ -69,11 +70,11 @@ class FakeContext:
 def test_the_table_groups_seeds_and_compares_each_with_its_baseline_seed(tmp_path):
     """The transformers translate every sentence; RFA at L = 4 misses 8 (every seed); the remedy
     misses none in seeds 1 and 2 and 3 sentences in seed 3, whose run the cap stopped; RFA at L = 1
-    misses 1."""
+    misses 1; the remedy with local causal heads too (one seed) misses 2."""
     faults = {"transformer_L4": (0, 9), "transformer_L4_seed2": (0, 9), "transformer_L4_seed3": (0, 9),
               "rfa_cross_local_L4": (0, 9), "rfa_cross_local_L4_seed2": (0, 9), "rfa_cross_local_L4_seed3": (3, 6),
               "rfa_L4": (8, 5), "rfa_L4_seed2": (8, 5), "rfa_L4_seed3": (8, 5), "transformer_L1": (0, 5),
-              "rfa_L1": (1, 5)}
+              "rfa_L1": (1, 5), "rfa_local_L4": (2, 9)}
     systems, results = [], {}
     for row, (wrong, correct) in faults.items():
         system = System(row, f"configs/bible/{row.split('_seed')[0]}.sh", name=row)
@@ -83,7 +84,7 @@ def test_the_table_groups_seeds_and_compares_each_with_its_baseline_seed(tmp_pat
     table, rows = table_bible(context)
     by_row = {row["row"]: row for row in rows}
     assert [row["row"] for row in rows] == ["transformer_L4", "rfa_cross_local_L4", "rfa_L4", "transformer_L1",
-                                             "rfa_L1"]
+                                             "rfa_L1", "rfa_local_L4"]
     rfa = by_row["rfa_L4"]
     assert [seed["seed"] for seed in rfa["seeds"]] == [1, 2, 3] and rfa["s_bleu"]["mean"] == 60.0
     assert rfa["pooled_consistency"]["mean"] == 50.0
@@ -97,6 +98,13 @@ def test_the_table_groups_seeds_and_compares_each_with_its_baseline_seed(tmp_pat
     # L = 4 against L = 1: RFA's one seed at L = 1 against RFA's first seed at L = 4
     assert [c["seed"] for c in rfa["against_L1"]["per_seed"]] == [1] and "against_L1" not in by_row["rfa_L1"]
     assert by_row["rfa_cross_local_L4"]["against_rfa"]["baseline_row"] == "rfa_L4"
+    # the local causal heads against the remedy's seed 1, and only there
+    causal = by_row["rfa_local_L4"]["against_cross_local"]
+    assert causal["baseline_row"] == "rfa_cross_local_L4"
+    assert [(c["seed"], c["baseline_run"]) for c in causal["per_seed"]] == [(1, "rfa_cross_local_L4")]
+    assert causal["per_seed"][0]["s_bleu"]["difference"] < 0
+    assert [row for row in by_row if "against_cross_local" in by_row[row]] == ["rfa_local_L4"]
+    assert by_row["rfa_local_L4"]["against_transformer"]["baseline_row"] == "transformer_L4"
     verdicts = context.extra["verdicts"]
     assert verdicts["rfa_L4"]["against_transformer"]["s_bleu"] == {"verdict": "below", "seeds": ["below"] * 3}
     remedy = verdicts["rfa_cross_local_L4"]["against_transformer"]

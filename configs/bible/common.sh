@@ -1,8 +1,9 @@
 # Wu et al. 2022's Table 1 systems on the Bible (scripts/prepare_bible.sh: en-es, a chapter a
 # document, a verse a sentence), at a size two CPU cores train to convergence: sourced by the
 # configs in this folder after they set
-#   FAMILY  transformer, rfa (RFA), rfa_sgate (RFA-sgate) or rfa_cross_local (RFA with 2 of its 4
-#           cross-attention heads softmax over the current sentence's source, beyond the paper)
+#   FAMILY  transformer, rfa (RFA), rfa_sgate (RFA-sgate), rfa_cross_local (RFA with 2 of its 4
+#           cross-attention heads softmax over the current sentence's source, beyond the paper) or
+#           rfa_local (that, and 2 of its 4 causal heads softmax over the current target sentence)
 #   WINDOW  L, sentences per window
 # BPE size (8k), depth and peak learning rate (3e-3): chosen on validation s-BLEU
 # (docs/reproduction.md, "The Bible: the search"). Everything else
@@ -13,7 +14,7 @@
 # paper: 16,384), 1000 warm-up updates (the paper: 8000 of its larger updates), random projections
 # of RFA 128 (cross) + 32 (causal) at head dimension 32 (the paper: 256 + 32 at 64). Training
 # stops on validation s-BLEU (reproduce's --converge adds the interval, patience and cap).
-: "${FAMILY:?set FAMILY (transformer, rfa, rfa_sgate or rfa_cross_local) before sourcing configs/bible/common.sh}"
+: "${FAMILY:?set FAMILY (transformer, rfa, rfa_sgate, rfa_cross_local or rfa_local) before sourcing configs/bible/common.sh}"
 : "${WINDOW:?set WINDOW (L) before sourcing configs/bible/common.sh}"
 SIZE="--share-all-embeddings --encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 128 --decoder-embed-dim 128
   --encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512 --encoder-attention-heads 4 --decoder-attention-heads 4"
@@ -23,7 +24,8 @@ case "$FAMILY" in
   rfa)             MODEL_ARGS="$RFA --rfa-gate none" ;;
   rfa_sgate)       MODEL_ARGS="$RFA --rfa-gate sgate --rfa-gate-bias-init 2" ;;
   rfa_cross_local) MODEL_ARGS="$RFA --rfa-gate none --rfa-cross-local-heads 2" ;;
-  *) echo "configs/bible/common.sh: FAMILY must be transformer, rfa, rfa_sgate or rfa_cross_local, got '$FAMILY'" >&2
+  rfa_local)       MODEL_ARGS="$RFA --rfa-gate none --rfa-cross-local-heads 2 --rfa-causal-local-heads 2" ;;
+  *) echo "configs/bible/common.sh: FAMILY must be transformer, rfa, rfa_sgate, rfa_cross_local or rfa_local, got '$FAMILY'" >&2
      return 2 ;;
 esac
 TASK_ARGS="--context-size $((WINDOW - 1))"
