@@ -196,14 +196,23 @@ def test_readout_bandwidth_times_the_fused_read_at_both_precisions(tmp_path, cap
     environment = {**os.environ, "TRITON_INTERPRET": "1", "RFA_DOC_MT_WARM_START": ""}
     done = subprocess.run([sys.executable, "-m", "rfa_doc_mt.bench.readout_bandwidth", "--fused", "--sources", "2",
                            "--heads", "2", "--features", "16", "--head-dim", "4", "--beams", "3", "--layers", "2",
-                           "--repeats", "1", "--out", str(out)], capture_output=True, text=True, env=environment,
-                          timeout=300)
+                           "--repeats", "1", "--sweep", "--out", str(out)], capture_output=True, text=True,
+                          env=environment, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
     assert {"fused_ieee", "fused_tf32x3"} <= set(result["ms_per_layer"])
     apart = result["fused_tf32x3_difference"]
     assert apart["max_abs"] == 0.0 and apart["max_output"] > 0  # the interpreter takes both in fp32
     assert "fused fp32 products / 3xTF32" in done.stdout
+    # the sweep: every launch setting timed and its output set against the default's (the values
+    # themselves: test_rfa_fused's cross read under other launch settings)
+    from rfa_doc_mt.bench.readout_bandwidth import SWEEP, sweep_name
+
+    names = [sweep_name(launch) for launch in SWEEP]
+    assert len(set(names)) == len(SWEEP) == 12 and set(result["sweep"]) == set(names)
+    assert all(result["ms_per_layer"][name] > 0 for name in names)
+    assert all(0 <= result["sweep"][name]["max_abs_from_default"] < apart["max_output"] for name in names)
+    assert done.stdout.count("GB/s  ") == len(names) and "fastest first" in done.stdout
 
 
 def test_decode_breakdown_times_each_decoder_part_and_restores_the_model():

@@ -95,7 +95,8 @@ HEADS, HEAD_DIM, PROJECTIONS = 2, 8, 4
 # (feature map, projections): 80 features (a full block and a partial one), 100 (positive: 64 + 36),
 # and the paper's sizes: 128 causal features (two full blocks), 512 cross (eight)
 FEATURE_BLOCKS = [("fourier", 40), ("positive", 100), ("fourier", 64)]
-CROSS_FEATURE_BLOCKS = FEATURE_BLOCKS + [("fourier", 256)]
+# the cross read's loop takes blocks of 64 projections (with the fourier map, their sines and cosines)
+CROSS_FEATURE_BLOCKS = FEATURE_BLOCKS + [("fourier", 100), ("fourier", 256)]
 # roundings of one feature besides its angle's sum: the unit vector's division and square root,
 # sin/cos/exp (each within 2 ulps: numpy's and CUDA's libm), the scale
 FEATURE_ROUNDINGS = 6
@@ -320,16 +321,21 @@ def test_fused_causal_step_takes_reduced_precision_projections(dtype):
 # the cross attention's read
 
 
-@pytest.mark.parametrize("name,projections,precision",
-                         [("fourier", PROJECTIONS, "ieee"), ("fourier", PROJECTIONS, None),
-                          ("positive", PROJECTIONS, None)]
-                         + [(name, projections, None) for name, projections in CROSS_FEATURE_BLOCKS])
-def test_fused_cross_read_follows_the_formula_for_the_sources_still_decoding(name, projections, precision):
+@pytest.mark.parametrize("name,projections,precision,launch",
+                         [("fourier", PROJECTIONS, "ieee", None), ("fourier", PROJECTIONS, None, None),
+                          ("positive", PROJECTIONS, None, None)]
+                         + [(name, projections, None, None) for name, projections in CROSS_FEATURE_BLOCKS]
+                         # other launch settings (the readout benchmark's sweep): 7 blocks of 16, the last
+                         # partial; blocks of 32; one block of 128 on 8 warps in 2 stages (a GPU's choices)
+                         + [("fourier", 100, None, {"block": 16}), ("positive", 100, None, {"block": 32}),
+                            ("fourier", 256, None, {"block": 128, "num_warps": 8, "num_stages": 2})])
+def test_fused_cross_read_follows_the_formula_for_the_sources_still_decoding(name, projections, precision, launch):
     """Each source's beams read its summary ([S, z], any layout); sources that finished are skipped
     by reading the summary rows of the others (``rows``); a summary kept as keys is read through
-    its state. At 8 features (one block of the kernel's loop) and at 80-512 (two to eight blocks,
-    the last one partial or full); the products in fp32 (``"ieee"``) and at the default precision
-    (3xTF32 on a GPU; Triton's interpreter takes both in fp32)."""
+    its state. At 4 projections (one block of the kernel's loop) and at 40-256 (one to four blocks
+    of 64, the last one partial or full; with the fourier map each block's sines and cosines); the
+    products in fp32 (``"ieee"``) and at the default precision (3xTF32 on a GPU; Triton's
+    interpreter takes both in fp32)."""
     feature, matrix, tau = feature_map(name, seed=6, projections=projections)
     features = feature.weight.size(-1) * (2 if feature.sine else 1)
     generator = torch.Generator().manual_seed(7)
@@ -346,7 +352,8 @@ def test_fused_cross_read_follows_the_formula_for_the_sources_still_decoding(nam
         sources = stored if rows is None else rows.numel()
         q = torch.randn(sources * beams, HEADS, HEAD_DIM, generator=generator) * 2
         summary = {key: value.to(DEVICE) for key, value in summary.items()}
-        out = fused_cross_read(q.to(DEVICE), to_device(feature), summary, on_device(rows), precision=precision).cpu()
+        out = fused_cross_read(q.to(DEVICE), to_device(feature), summary, on_device(rows), precision=precision,
+                               launch=launch).cpu()
         phi_q = features64(units64(q), matrix, tau, name).view(sources, beams, HEADS, -1)
         read = state.double() if rows is None else state.double()[rows]
         read_abs = abs_state if rows is None else abs_state[rows]
@@ -390,6 +397,28 @@ def test_a_cross_read_whose_split_products_do_not_compile_falls_back_to_fp32(mon
     assert launched == ["tf32x3", "ieee", "ieee"]
     with pytest.raises(ValueError, match="'ieee' or 'tf32x3'"):
         fused_cross_read(q, to_device(feature), state, precision="tf32")
+
+
+@pytest.mark.parametrize("launch", [{"block": 24}, {"block": 8}, {"num_warp": 4}])
+def test_a_cross_read_refuses_launch_settings_it_does_not_take(launch):
+    feature, _, _ = feature_map("fourier", seed=6)
+    state = {"state": torch.rand(2, HEADS, 2 * feature.weight.size(-1), HEAD_DIM + 1).to(DEVICE)}
+    with pytest.raises(ValueError, match="launch takes a block"):
+        fused_cross_read(torch.randn(6, HEADS, HEAD_DIM).to(DEVICE), to_device(feature), state, launch=launch)
+
+
+def test_a_cross_reads_launch_settings_reach_the_kernel(monkeypatch):
+    """What a sweep sets is what the kernel is launched with; without settings, the defaults (a
+    block of up to FEATURE_BLOCK projections, Triton's warps and stages)."""
+    feature, _, _ = feature_map("fourier", seed=6, projections=100)
+    state = {"state": torch.rand(2, HEADS, 200, HEAD_DIM + 1).to(DEVICE)}
+    q = torch.randn(6, HEADS, HEAD_DIM).to(DEVICE)
+    launched = []
+    monkeypatch.setattr(fused_module, "_launch", lambda kernel, grid, *args, **options: launched.append(options))
+    fused_cross_read(q, to_device(feature), state, launch={"block": 32, "num_warps": 8, "num_stages": 2})
+    fused_cross_read(q, to_device(feature), state)
+    assert [(o["BLOCK_FEATURES"], o.get("num_warps"), o.get("num_stages")) for o in launched] == [
+        (32, 8, 2), (fused_module.FEATURE_BLOCK, None, None)]
 
 
 # ---------------------------------------------------------------------------------------

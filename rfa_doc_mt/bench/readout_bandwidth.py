@@ -16,7 +16,9 @@ a check of the code, not a measurement) it also times the fused path's read
 (:func:`..modules.random_feature_attention.fused.fused_cross_read`: the queries' features and the
 read in one kernel) with its products in fp32 (``ieee``) and in 3xTF32 (``tf32x3``, the default),
 and says how far the two outputs lie apart: which of them the kernel should take, and how close it
-comes to the memory's speed.
+comes to the memory's speed. ``--sweep`` times the 3xTF32 read under other launch settings too
+(projections per block of its loop, warps, pipeline stages: :data:`SWEEP`), each output against the
+default's: which settings the kernel should take on this GPU.
 """
 
 import argparse
@@ -47,8 +49,17 @@ def per_call_ms(run: Callable[[int], object], layers: int, repeats: int, synchro
     return sorted(rounds)[len(rounds) // 2]
 
 
+# the fused read's launch settings --sweep times: projections per block of the loop x warps x stages
+SWEEP = [{"block": block, "num_warps": warps, "num_stages": stages}
+         for block in (32, 64, 128) for warps in (4, 8) for stages in (2, 3)]
+
+
+def sweep_name(launch: Dict[str, int]) -> str:
+    return f"fused_tf32x3_b{launch['block']}_w{launch['num_warps']}_s{launch['num_stages']}"
+
+
 def measure(sources: int, heads: int, features: int, columns: int, beams: int, layers: int, repeats: int,
-            seed: int = 0, device: str = "cpu", fused: bool = False) -> Dict:
+            seed: int = 0, device: str = "cpu", fused: bool = False, sweep: bool = False) -> Dict:
     generator = torch.Generator(device=device).manual_seed(seed)  # drawn where they are read (GBs on a GPU)
     stored = [torch.randn(sources, heads, columns, features, generator=generator, device=device)
               for _ in range(layers)]
@@ -70,7 +81,7 @@ def measure(sources: int, heads: int, features: int, columns: int, beams: int, l
               "summary_mb_per_layer": megabytes, "max_difference_between_layouts": difference}
     if fused:
         timings.update(fused_timings(column_major, sources, heads, features, columns - 1, beams, layers, repeats,
-                                     generator, synchronize, result))
+                                     generator, synchronize, result, sweep))
     result.update({"ms_per_layer": timings, "gb_per_second": {name: megabytes / ms for name, ms in timings.items()},
                    "readout_over_plain_pass": timings["readout_column_major"] / timings["plain_pass"]})
     return result
@@ -78,10 +89,12 @@ def measure(sources: int, heads: int, features: int, columns: int, beams: int, l
 
 def fused_timings(states: List[torch.Tensor], sources: int, heads: int, features: int, head_dim: int, beams: int,
                   layers: int, repeats: int, generator: torch.Generator, synchronize: Callable[[], None],
-                  result: Dict) -> Dict[str, float]:
+                  result: Dict, sweep: bool = False) -> Dict[str, float]:
     """The fused read of the same summaries (fourier features of ``features // 2`` projections, as
     the paper's cross attention), its products in fp32 and in 3xTF32: ms per layer; how far their
-    outputs lie apart, against the size of the outputs, goes into ``result``."""
+    outputs lie apart, against the size of the outputs, goes into ``result``. With ``sweep``, the
+    3xTF32 read under each launch setting of :data:`SWEEP` too: its ms per layer, and in
+    ``result["sweep"]`` how far its output lies from the default's (or why it failed)."""
     from ..modules.random_feature_attention.features import DecodingFeatureMap
     from ..modules.random_feature_attention.fused import fused_cross_read
 
@@ -102,6 +115,20 @@ def fused_timings(states: List[torch.Tensor], sources: int, heads: int, features
     result["fused_tf32x3_difference"] = {
         "max_abs": (outputs["tf32x3"] - outputs["ieee"]).abs().max().item(),
         "max_output": outputs["ieee"].abs().max().item()}
+    if sweep:
+        result["sweep"] = {}
+        for launch in SWEEP:
+            name = sweep_name(launch)
+            try:
+                output = fused_cross_read(q, feature_map, summaries[0], precision="tf32x3", launch=launch)
+                timings[name] = per_call_ms(
+                    lambda i, launch=launch: fused_cross_read(q, feature_map, summaries[i], precision="tf32x3",
+                                                              launch=launch), layers, repeats, synchronize)
+            except Exception as error:  # e.g. more shared memory than the GPU has: the others still run
+                result["sweep"][name] = {"launch": launch, "error": f"{type(error).__name__}: {str(error)[:300]}"}
+                continue
+            result["sweep"][name] = {"launch": launch,
+                                     "max_abs_from_default": (output - outputs["tf32x3"]).abs().max().item()}
     return timings
 
 
@@ -118,6 +145,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda: the fused read too)")
     parser.add_argument("--fused", action="store_true",
                         help="the fused read too (implied on cuda; on a CPU it needs TRITON_INTERPRET=1)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="also time the fused 3xTF32 read under other launch settings (blocks of 32-128 "
+                             "projections, 4 or 8 warps, 2 or 3 stages)")
     parser.add_argument("--out", help="JSON file to write")
     args = parser.parse_args(argv)
     if min(args.sources, args.heads, args.features, args.head_dim, args.beams, args.layers, args.repeats) < 1:
@@ -125,23 +155,35 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
     fused = args.fused or args.device.startswith("cuda")
+    if args.sweep and not fused:
+        parser.error("--sweep times the fused read: give --device cuda (or --fused under TRITON_INTERPRET=1)")
     if fused and args.features % 2:
         parser.error("the fused read takes fourier features: --features must be even")
     torch.set_num_threads(args.threads)
     result = {"machine": machine_info(args.device), "commit": commit_info(),
               **measure(args.sources, args.heads, args.features, args.head_dim + 1, args.beams, args.layers,
-                        args.repeats, device=args.device, fused=fused)}
+                        args.repeats, device=args.device, fused=fused, sweep=args.sweep)}
     record_load_at_end(result)
     ms, rates = result["ms_per_layer"], result["gb_per_second"]
     print(f"{args.sources} sources x {args.heads} heads x {args.features} features x {args.head_dim + 1}: "
           f"{result['summary_mb_per_layer']:.1f} MB per layer, {args.beams} beams, {args.layers} layers cycled")
     for name in ms:
-        print(f"  {name:22s} {ms[name]:7.3f} ms per layer  {rates[name]:6.1f} GB/s")
+        if name not in result.get("sweep", {}):  # the sweep's settings: below, fastest first
+            print(f"  {name:22s} {ms[name]:7.3f} ms per layer  {rates[name]:6.1f} GB/s")
     print(f"  readout / plain pass: {result['readout_over_plain_pass']:.2f}x")
     if "fused_ieee" in ms:
         apart = result["fused_tf32x3_difference"]
         print(f"  fused fp32 products / 3xTF32: {ms['fused_ieee'] / ms['fused_tf32x3']:.2f}x the time; outputs "
               f"{apart['max_abs']:.2e} apart at most (largest output {apart['max_output']:.2e})")
+    if result.get("sweep"):
+        ran = sorted((ms[name], name) for name in result["sweep"] if name in ms)
+        print(f"  launch settings of the 3xTF32 read, fastest first (the default: {ms['fused_tf32x3']:.3f} ms):")
+        for time_ms, name in ran:
+            print(f"    {name:30s} {time_ms:7.3f} ms  {rates[name]:6.1f} GB/s  "
+                  f"{result['sweep'][name]['max_abs_from_default']:.1e} from the default's output")
+        for name, failed in result["sweep"].items():
+            if "error" in failed:
+                print(f"    {name:30s} failed: {failed['error'][:120]}")
     if args.out:
         write_json(result, args.out)
         print(f"wrote {args.out}")

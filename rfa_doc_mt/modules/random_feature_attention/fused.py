@@ -99,7 +99,8 @@ from .local import LOCAL_CAUSAL_NAMES
 from .state import NORMALISER_FLOOR, column_major_state
 
 DECODING_PATHS = ("auto", "eager", "fused")
-# features of one block of a kernel's loop: 64 x 64 tiles of fp32 fit a program's registers
+# features of one block of a kernel's loop (the cross read's: projections, each giving a sine and a
+# cosine feature with the fourier map): 64 x 64 tiles of fp32 fit a program's registers
 FEATURE_BLOCK = 64
 # tl.dot's smallest operand side (the beams and the head's dimensions are padded to it)
 DOT_MIN = 16
@@ -283,7 +284,7 @@ def _cross_precision(precision: Optional[str]) -> str:
 
 def fused_cross_read(q: Tensor, feature_map: DecodingFeatureMap, summary: Dict[str, Tensor],
                      rows: Optional[Tensor] = None, out: Optional[Tensor] = None,
-                     precision: Optional[str] = None) -> Tensor:
+                     precision: Optional[str] = None, launch: Optional[Dict[str, int]] = None) -> Tensor:
     """:func:`.training.cross_rfa_read` of one decoding step in one kernel, the features of the
     queries included: q [batch, heads, head_dim] (the q-projection's output, ``batch // sources``
     consecutive rows, the beams, per source; last dimension contiguous) → out [batch, heads, dv]
@@ -291,10 +292,16 @@ def fused_cross_read(q: Tensor, feature_map: DecodingFeatureMap, summary: Dict[s
     ``rows[i]`` (None: row i). A summary in the keys form is read through its state, built here
     (decoding on the fused path keeps the state form). ``precision``: of the kernel's products,
     ``"tf32x3"`` or ``"ieee"`` (None: :data:`CROSS_DOT_PRECISION`); a Triton that cannot compile
-    ``"tf32x3"`` takes ``"ieee"`` instead, with a warning, from then on."""
+    ``"tf32x3"`` takes ``"ieee"`` instead, with a warning, from then on. ``launch``: the kernel's
+    launch settings in place of the defaults, any of ``block`` (projections per block of its loop,
+    a power of 2 from DOT_MIN), ``num_warps`` and ``num_stages`` (the readout benchmark's sweep)."""
     batch, heads, head_dim = q.shape
     weight, offset, projections, scale = _feature_arguments(feature_map)
-    features = 2 * projections if feature_map.sine else projections
+    settings = dict(launch or {})
+    block = settings.pop("block", None) or _block(projections, largest=FEATURE_BLOCK)
+    if block < DOT_MIN or block & (block - 1) or set(settings) - {"num_warps", "num_stages"}:
+        raise ValueError(f"the cross read's launch takes a block (a power of 2 from {DOT_MIN}), num_warps and "
+                         f"num_stages, not {launch}")
     state = summary.get("state")
     if state is None:
         state = keys_to_state(summary["keys"], summary["values"])
@@ -307,28 +314,27 @@ def fused_cross_read(q: Tensor, feature_map: DecodingFeatureMap, summary: Dict[s
         out = q.new_empty(batch, heads, head_dim)
     chosen = _cross_precision(precision)
 
-    def launch(dot_precision: str) -> None:
+    def run(dot_precision: str) -> None:
         _launch(_kernels(q.device).cross_read_kernel, (sources, heads),
             q, weight, offset, state, rows if rows is not None else _placeholder(q.device, torch.long), out,
             heads, head_dim, head_dim, beams,
             q.stride(0), q.stride(1), *state.stride(),
             weight.stride(0), weight.stride(1), out.stride(0), out.stride(1),
             scale, UNIT_NORM_FLOOR, NORMALISER_FLOOR,
-            PROJECTIONS=projections, FEATURES=features, SINE=feature_map.sine, HAS_ROWS=rows is not None,
+            PROJECTIONS=projections, SINE=feature_map.sine, HAS_ROWS=rows is not None,
             DOT_PRECISION=dot_precision, BLOCK_BEAMS=_block(beams), BLOCK_DIM=_block(head_dim),
-            BLOCK_FEATURES=_block(features, largest=FEATURE_BLOCK), BLOCK_VALUES=_block(head_dim),
-            enable_fp_fusion=True)
+            BLOCK_FEATURES=block, BLOCK_VALUES=_block(head_dim), enable_fp_fusion=True, **settings)
 
-    if chosen == "ieee":
-        launch(chosen)
+    if chosen == "ieee" or launch:  # settings of a sweep: what fails to compile is theirs to report
+        run(chosen)
         return out
     try:
-        launch(chosen)
+        run(chosen)
     except Exception as error:  # a compiler that lacks the split products: fp32 ones, from now on
         _FAILED_PRECISIONS.add(chosen)
         logger.warning("the fused cross read could not be compiled with %s products (%s: %s); it takes fp32 "
                        "products ('ieee') from now on", chosen, type(error).__name__, str(error)[:200])
-        launch("ieee")
+        run("ieee")
     return out
 
 

@@ -110,12 +110,23 @@ def causal_step_kernel(qkv, weight, offset, state_in, state_out, rows, forget, k
 
 
 @triton.jit
+def _read_features(numerator, mass, phi, read, feature, feature_mask, columns, column_mask, value_dim,
+                   state_feature, state_column, DOT_PRECISION: tl.constexpr):
+    """numerator and mass of :func:`cross_read_kernel` with one block of the features phi [beams,
+    block] (zero where ``feature_mask`` is off) against the state's rows ``feature``."""
+    s = tl.load(read + feature[:, None] * state_feature + columns[None, :] * state_column,
+                mask=feature_mask[:, None] & column_mask[None, :], other=0.0)
+    z = tl.load(read + feature * state_feature + value_dim * state_column, mask=feature_mask, other=0.0)
+    return numerator + tl.dot(phi, s, input_precision=DOT_PRECISION), mass + tl.sum(phi * z[None, :], axis=1)
+
+
+@triton.jit
 def cross_read_kernel(query, weight, offset, state, rows, out,
                       heads, head_dim, value_dim, beams,
                       query_row, query_head,
                       state_row, state_head, state_feature, state_column,
                       weight_head, weight_dim, out_row, out_head,
-                      scale, unit_floor, normaliser_floor, PROJECTIONS: tl.constexpr, FEATURES: tl.constexpr,
+                      scale, unit_floor, normaliser_floor, PROJECTIONS: tl.constexpr,
                       SINE: tl.constexpr, HAS_ROWS: tl.constexpr, DOT_PRECISION: tl.constexpr,
                       BLOCK_BEAMS: tl.constexpr, BLOCK_DIM: tl.constexpr, BLOCK_FEATURES: tl.constexpr,
                       BLOCK_VALUES: tl.constexpr):
@@ -128,7 +139,9 @@ def cross_read_kernel(query, weight, offset, state, rows, out,
     or ``source``; out [batch, heads, dv]. The products go through ``tl.dot`` at
     ``DOT_PRECISION`` (:data:`.fused.CROSS_DOT_PRECISION`): ``"tf32x3"`` (fp32 operands split into
     two TF32 parts on the tensor cores, three products: about fp32's accuracy) or ``"ieee"`` (fp32
-    on the CUDA cores); never plain ``"tf32"``, which would round the features to 10 bits."""
+    on the CUDA cores); never plain ``"tf32"``, which would round the features to 10 bits. The loop
+    runs over blocks of BLOCK_FEATURES projections: with the fourier map, one block's angles give
+    both its sines (features p) and its cosines (features PROJECTIONS + p), each computed once."""
     source = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     beam = tl.arange(0, BLOCK_BEAMS)
@@ -147,27 +160,27 @@ def cross_read_kernel(query, weight, offset, state, rows, out,
     read = state + stored * state_row + head * state_head
     numerator = tl.zeros([BLOCK_BEAMS, BLOCK_VALUES], dtype=tl.float32)
     mass = tl.zeros([BLOCK_BEAMS], dtype=tl.float32)
-    for start in range(0, FEATURES, BLOCK_FEATURES):
-        feature = start + tl.arange(0, BLOCK_FEATURES)
-        feature_mask = feature < FEATURES
-        projection = tl.where(feature < PROJECTIONS, feature, feature - PROJECTIONS) if SINE else feature
+    for start in range(0, PROJECTIONS, BLOCK_FEATURES):
+        projection = start + tl.arange(0, BLOCK_FEATURES)
+        projection_mask = projection < PROJECTIONS
         w = tl.load(weight + head * weight_head + dims[:, None] * weight_dim + projection[None, :],
-                    mask=dim_mask[:, None] & feature_mask[None, :], other=0.0)
-        angles = tl.dot(units, w, input_precision=DOT_PRECISION)  # [beams, features]
+                    mask=dim_mask[:, None] & projection_mask[None, :], other=0.0)
+        angles = tl.dot(units, w, input_precision=DOT_PRECISION)  # [beams, projections]
         if SINE:
-            phi = tl.where(feature[None, :] < PROJECTIONS, tl.sin(angles), tl.cos(angles)) * scale
+            sines = tl.where(projection_mask[None, :], tl.sin(angles) * scale, 0.0)
+            numerator, mass = _read_features(numerator, mass, sines, read, projection, projection_mask, columns,
+                                             column_mask, value_dim, state_feature, state_column, DOT_PRECISION)
+            cosines = tl.where(projection_mask[None, :], tl.cos(angles) * scale, 0.0)
+            numerator, mass = _read_features(numerator, mass, cosines, read, PROJECTIONS + projection,
+                                             projection_mask, columns, column_mask, value_dim, state_feature,
+                                             state_column, DOT_PRECISION)
         else:
-            phi = tl.exp(angles + tl.load(offset + head))
-        phi = tl.where(feature_mask[None, :], phi, 0.0)
-        s = tl.load(read + feature[:, None] * state_feature + columns[None, :] * state_column,
-                    mask=feature_mask[:, None] & column_mask[None, :], other=0.0)
-        z = tl.load(read + feature * state_feature + value_dim * state_column, mask=feature_mask, other=0.0)
-        numerator += tl.dot(phi, s, input_precision=DOT_PRECISION)
-        mass += tl.sum(phi * z[None, :], axis=1)
+            phi = tl.where(projection_mask[None, :], tl.exp(angles + tl.load(offset + head)), 0.0)
+            numerator, mass = _read_features(numerator, mass, phi, read, projection, projection_mask, columns,
+                                             column_mask, value_dim, state_feature, state_column, DOT_PRECISION)
     result = numerator / tl.maximum(mass, normaliser_floor)[:, None]
     tl.store(out + query_rows[:, None] * out_row + head * out_head + columns[None, :],
              result.to(out.dtype.element_ty), mask=beam_mask[:, None] & column_mask[None, :])
-
 
 
 @triton.jit
@@ -453,7 +466,7 @@ def compile_kernels(capability: int = 90, warp_size: int = 32) -> dict:
     }
     sizes = {}
     for name, (kernel, constants, io_type) in variants.items():
-        if "PROJECTIONS" in constants and "SINE" in constants:
+        if "FEATURES" in kernel.arg_names:
             constants["FEATURES"] = 2 * constants["PROJECTIONS"] if constants["SINE"] else constants["PROJECTIONS"]
         signature = {}
         for argument in kernel.arg_names:
