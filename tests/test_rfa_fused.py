@@ -529,8 +529,9 @@ def test_the_training_features_take_the_kernels_where_they_run_and_the_torch_for
     assert len(counted) >= 2  # queries and keys, in the second step only (and the first check's)
     for name, plain, fused in zip(("output", "input gradient", "tau gradient"), *results):
         assert torch.allclose(fused, plain, rtol=1e-4, atol=1e-5), name
-    # a kernel that fails its check: the torch form, with a warning
+    # a kernel that fails its check: the torch form, with a warning (the readout's kernels checked anew too)
     monkeypatch.setattr(fused_features, "_CHECKED", {})
+    monkeypatch.setattr(fused_features, "_CHECKED_NORMALISE", {})
     monkeypatch.setattr(fused_features, "_launch", lambda *args, **options: (_ for _ in ()).throw(
         RuntimeError("no kernel here")))
     with caplog.at_level("WARNING"):
@@ -539,6 +540,79 @@ def test_the_training_features_take_the_kernels_where_they_run_and_the_torch_for
     counted.clear()
     out, _ = module(query)
     assert counted == [] and torch.isfinite(out).all()
+
+
+def test_fused_training_readout_and_its_gradient_follow_the_formula():
+    """The floored readout's kernels (numerator / max(mass, floor), forward and backward) against
+    the formula in float64 with autograd: a time-sliced view (rows of two blocks, the second
+    partial), masses above, below and far below the floor (below it, the mass gets no gradient)."""
+    from rfa_doc_mt.modules.random_feature_attention.fused_features import NORMALISE_ROWS_BLOCK, fused_normalised
+    from rfa_doc_mt.modules.random_feature_attention.state import NORMALISER_FLOOR
+
+    generator = torch.Generator().manual_seed(5)
+    time, columns = NORMALISE_ROWS_BLOCK + 9, HEAD_DIM
+    full = torch.randn(3, HEADS, time + 7, columns + 1, generator=generator, dtype=torch.float64)
+    full[..., -1] = full[..., -1].abs() * 3 + NORMALISER_FLOOR * 1.01  # masses above the floor...
+    full[0, 1, 4, -1] = NORMALISER_FLOOR / 2  # ...one below it
+    full[2, 0, time - 1, -1] = 1e-9  # and one far below, in the partial block
+    x = full[:, :, :time]  # [3, heads, time, columns + 1], its rows strided past the slice
+    x32 = x.float().to(DEVICE).requires_grad_()
+    got = fused_normalised(x32)
+    x64 = x.clone().requires_grad_()
+    expected = x64[..., :-1] / x64[..., -1:].clamp_min(NORMALISER_FLOOR)
+    assert got.shape == (3, HEADS, time, columns) and got.dtype == torch.float32
+    # the input's rounding to fp32 (numerator and mass) and one division
+    assert_within_rounding(got, expected.detach(), 3, expected.detach().abs(), "fused readout")
+    weights = torch.randn(got.shape, generator=generator, dtype=torch.float64)
+    (want,) = torch.autograd.grad((expected * weights).sum(), x64)
+    (have,) = torch.autograd.grad((got * weights.float().to(DEVICE)).sum(), x32)
+    floored = x[..., -1:].clamp_min(NORMALISER_FLOOR)
+    below = x[..., -1] < NORMALISER_FLOOR
+    assert int(below.sum()) == 2 and bool((have.cpu()[..., -1][below] == 0).all())
+    assert bool((have.cpu()[..., -1][~below] != 0).all())
+    # the numerator's: a product and a division; the mass's: a sum of `columns` products of
+    # |g| |out| / m, each from a few roundings, over the floored mass
+    size = (weights.abs() / floored).expand(got.shape)
+    assert_within_rounding(have[..., :-1], want[..., :-1], 4, size, "numerator gradient")
+    mass_size = (weights.abs() * expected.detach().abs()).sum(-1) / floored[..., 0]
+    assert_within_rounding(have[..., -1], want[..., -1], columns + 6, mass_size, "mass gradient")
+
+
+def test_the_training_readout_takes_the_kernels_where_they_run(monkeypatch, caplog):
+    """normalised() takes the fused readout for fp32 inputs of three or more dimensions that need a
+    gradient on the fused devices, the torch form otherwise (and where the first check fails, with
+    a warning); both give the same outputs and gradients."""
+    from rfa_doc_mt.modules.random_feature_attention import features as features_module
+    from rfa_doc_mt.modules.random_feature_attention import fused_features
+    from rfa_doc_mt.modules.random_feature_attention.state import normalised
+
+    applied = []
+    real_apply = fused_features._FusedNormalised.apply
+    monkeypatch.setattr(fused_features._FusedNormalised, "apply", lambda x: applied.append(x.shape) or real_apply(x))
+    generator = torch.Generator().manual_seed(6)
+    x = torch.rand(2, 3, 4, 9, generator=generator).to(DEVICE)
+    results = []
+    for devices in ({"cuda"}, {"cuda", DEVICE}):
+        monkeypatch.setattr(features_module, "FUSED_FEATURE_DEVICES", devices)
+        inputs = x.clone().requires_grad_()
+        out = normalised(inputs)
+        results.append((out, *torch.autograd.grad(out.square().sum(), inputs)))
+    assert (2, 3, 4, 9) in applied
+    for plain, fused in zip(*results):
+        assert torch.allclose(fused, plain, rtol=1e-5, atol=1e-6)
+    applied.clear()
+    normalised(x)  # no gradient: the torch form
+    normalised(x[0, 0].clone().requires_grad_())  # two dimensions
+    normalised(x.double().requires_grad_())  # float64
+    assert applied == []
+    monkeypatch.setattr(fused_features, "_CHECKED_NORMALISE", {})
+    monkeypatch.setattr(fused_features, "_launch", lambda *args, **options: (_ for _ in ()).throw(
+        RuntimeError("no kernel here")))
+    with caplog.at_level("WARNING"):
+        out = normalised(x.clone().requires_grad_())
+    assert "readout does not run here" in caplog.text and "no kernel here" in caplog.text
+    # the first check's call (its own small input), then the torch form for x
+    assert [tuple(shape) for shape in applied] == [(2, 3, 5, 17)] and torch.allclose(out, results[0][0])
 
 
 class CudaTensor:
@@ -959,4 +1033,4 @@ def test_the_kernels_compile_for_an_h100(tmp_path):
     import json
 
     sizes = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(sizes) == 10 and all(size > 0 for size in sizes.values()), sizes
+    assert len(sizes) == 12 and all(size > 0 for size in sizes.values()), sizes

@@ -15,8 +15,9 @@ randomly initialised, paper sizes; ``--tiny``: the ``*_tiny`` ones) the same bat
 GPU takes (its features and its cross attention's read with every head in one product, where a CPU
 takes one head at a time; with ``--fused-features`` its features through their Triton kernels,
 :mod:`..modules.random_feature_attention.fused_features`, each launch counted as one operator and
-not run, so that no GPU or Triton is needed). The JSON holds the machine, the commit, the
-settings, each count with its ten commonest operators, and RFA / transformer per L.
+not run, so that no GPU or Triton is needed; the floored readout's kernels likewise). The JSON
+holds the machine, the commit, the settings, each count with its ten commonest operators, and
+RFA / transformer per L.
 """
 
 import argparse
@@ -58,7 +59,8 @@ class OperatorCounter(TorchDispatchMode):
 @contextlib.contextmanager
 def gpu_forms(launches: Optional[Counter[str]] = None) -> Iterator[None]:
     """RFA's training forms as on a GPU, on any device, while the context lasts. With ``launches``,
-    the training features' Triton kernels too (:mod:`..modules.random_feature_attention.fused_features`),
+    the training features' and readout's Triton kernels too
+    (:mod:`..modules.random_feature_attention.fused_features`),
     each launch counted there by its kernel's name and not run: what follows computes on
     uninitialised features, in the same operators."""
     from ..modules.random_feature_attention import features, fused_features, layers
@@ -67,18 +69,20 @@ def gpu_forms(launches: Optional[Counter[str]] = None) -> Iterator[None]:
         launches[f"triton:{kernel.__name__}"] += 1
 
     saved = (features.PER_HEAD_FEATURES, layers.PER_HEAD_KEYS_READ, features.FUSED_FEATURE_DEVICES,
-             fused_features.fused_features_work, fused_features._launch, fused_features._kernels)
+             fused_features.fused_features_work, fused_features.fused_normalise_work, fused_features._launch,
+             fused_features._kernels)
     features.PER_HEAD_FEATURES, layers.PER_HEAD_KEYS_READ = frozenset(), frozenset()
     if launches is not None:
         features.FUSED_FEATURE_DEVICES = frozenset(features.FUSED_FEATURE_DEVICES | {"cpu"})
-        fused_features.fused_features_work = lambda device: True
+        fused_features.fused_features_work = fused_features.fused_normalise_work = lambda device: True
         fused_features._launch = launch
         fused_features._kernels = lambda device: _KernelNames()
     try:
         yield
     finally:
         (features.PER_HEAD_FEATURES, layers.PER_HEAD_KEYS_READ, features.FUSED_FEATURE_DEVICES,
-         fused_features.fused_features_work, fused_features._launch, fused_features._kernels) = saved
+         fused_features.fused_features_work, fused_features.fused_normalise_work, fused_features._launch,
+         fused_features._kernels) = saved
 
 
 class _KernelNames:
@@ -150,8 +154,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fused-features", action="store_true",
-                        help="RFA's training features through their Triton kernels, as on a GPU with Triton: "
-                             "each launch counted as one operator, not run")
+                        help="RFA's training features and floored readout through their Triton kernels, as "
+                             "on a GPU with Triton: each launch counted as one operator, not run")
     parser.add_argument("--tiny", action="store_true",
                         help="the *_tiny architectures: a fast check of the code paths")
     args = parser.parse_args(argv)

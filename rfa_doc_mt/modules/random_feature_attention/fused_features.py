@@ -1,5 +1,6 @@
 """RFA's Fourier features in training, fused: one Triton kernel forward, one and a batched product
-backward (:func:`.triton_kernels.fourier_features_kernel` and its backward).
+backward (:func:`.triton_kernels.fourier_features_kernel` and its backward); and its floored
+readout, one kernel each way (:func:`.triton_kernels.normalise_kernel` and its backward).
 
 On a GPU at the paper's batches a training step is bound by launching kernels (docs/benchmarks.md:
 about 24 µs of host time per kernel, for the transformer and RFA alike). The training form's
@@ -10,11 +11,17 @@ step. Fused, they take three, and compute the same function: the unit vectors wi
 floored at :data:`.features.UNIT_NORM_FLOOR`, fp32 products, the backward of
 :class:`.features._FourierFeatures` and :class:`.features._UnitVectors`.
 
-Which path runs: :func:`.features.random_fourier_features` takes this one for inputs of one
-leading dimension on the device types of :data:`.features.FUSED_FEATURE_DEVICES` (CUDA; the tests
-add the CPU under Triton's interpreter) when Triton is installed. The first use in a process
-checks both kernels on a small input; if either fails (a Triton that cannot compile them), the
-torch form is taken from then on, with a warning.
+The floored readout ``numerator / max(mass, floor)`` of every training form (:func:`.state.normalised`)
+takes three operators forward and seven backward in torch (:class:`.state._Normalised`), twelve
+times a step; fused, one each way.
+
+Which path runs: :func:`.features.random_fourier_features` takes the fused features for inputs of
+one leading dimension, and :func:`.state.normalised` the fused readout for fp32 inputs of three or
+more dimensions that need a gradient, on the device types of
+:data:`.features.FUSED_FEATURE_DEVICES` (CUDA; the tests add the CPU under Triton's interpreter)
+when Triton is installed. The first use of each in a process checks its kernels on a small input;
+if they fail (a Triton that cannot compile them), the torch form is taken from then on, with a
+warning.
 """
 
 import logging
@@ -25,14 +32,18 @@ from torch import Tensor
 
 from .features import UNIT_NORM_FLOOR
 from .fused import _block, _kernels, _launch, triton_available
+from .state import NORMALISER_FLOOR
 
 logger = logging.getLogger(__name__)
 # rows of one program: two tiles of 32 x 64 fp32 (the rows' unit vectors and the angles) in registers
 ROWS_BLOCK = 32
 # projections of one block of a program's loop
 PROJECTIONS_BLOCK = 64
-# whether the kernels passed their check in this process (None: not checked yet)
+# rows of one program of the normalisation's kernels (tiles of 32 x the head's values)
+NORMALISE_ROWS_BLOCK = 32
+# whether the kernels passed their check in this process, per device type: the features', the readout's
 _CHECKED = {}
+_CHECKED_NORMALISE = {}
 
 
 class _FusedFourierFeatures(torch.autograd.Function):
@@ -127,3 +138,84 @@ def _check(device: torch.device) -> bool:
         logger.warning("RFA's fused training features differ from the torch form here; the torch form is taken")
     return agree
 
+
+
+class _FusedNormalised(torch.autograd.Function):
+    """:class:`.state._Normalised` in one kernel each way: x [..., time, dv + 1] fp32 (the last
+    column the mass; last dimension contiguous) → [..., time, dv]."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        columns = x.size(-1) - 1
+        flat = _lead_time(x)
+        out = x.new_empty(x.shape[:-1] + (columns,))
+        flat_out = out.view(-1, x.size(-2), columns)
+        _launch(_kernels(x.device).normalise_kernel, _normalise_grid(flat),
+                flat, flat_out, flat.size(1), columns, flat.stride(0), flat.stride(1), flat_out.stride(0),
+                flat_out.stride(1), NORMALISER_FLOOR, BLOCK_ROWS=NORMALISE_ROWS_BLOCK, BLOCK_COLUMNS=_block(columns))
+        ctx.save_for_backward(x)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        columns = x.size(-1) - 1
+        flat, flat_grad = _lead_time(x), _lead_time(grad)
+        grad_x = x.new_empty(x.shape)
+        flat_grad_x = grad_x.view(-1, x.size(-2), columns + 1)
+        _launch(_kernels(x.device).normalise_backward_kernel, _normalise_grid(flat),
+                flat_grad, flat, flat_grad_x, flat.size(1), columns, flat_grad.stride(0), flat_grad.stride(1),
+                flat.stride(0), flat.stride(1), flat_grad_x.stride(0), flat_grad_x.stride(1), NORMALISER_FLOOR,
+                BLOCK_ROWS=NORMALISE_ROWS_BLOCK, BLOCK_COLUMNS=_block(columns))
+        return grad_x
+
+
+def _lead_time(x: Tensor) -> Tensor:
+    """x [..., time, columns] as [lead, time, columns] with its last dimension contiguous (a view
+    where the leading dimensions merge, as they do for the training forms' heads and batch)."""
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    return x.reshape(-1, x.size(-2), x.size(-1))
+
+
+def _normalise_grid(flat: Tensor):
+    return _cdiv(flat.size(1), NORMALISE_ROWS_BLOCK), flat.size(0)
+
+
+def fused_normalised(x: Tensor) -> Tensor:
+    """:func:`.state.normalised` of x [..., time, dv + 1] fp32 through the fused kernels."""
+    return _FusedNormalised.apply(x)
+
+
+def fused_normalise_work(device: torch.device) -> bool:
+    """As :func:`fused_features_work`, for the floored readout's kernels."""
+    if not triton_available():
+        return False
+    if device.type not in _CHECKED_NORMALISE:
+        _CHECKED_NORMALISE[device.type] = _check_normalise(device)
+    return _CHECKED_NORMALISE[device.type]
+
+
+def _check_normalise(device: torch.device) -> bool:
+    from .state import _Normalised
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(2, 3, 5, 17, generator=generator)
+    x[0, 1, 2, -1] = NORMALISER_FLOOR / 2  # one mass below the floor
+    x = x.to(device).requires_grad_()
+    weights = torch.randn(2, 3, 5, 16, generator=generator).to(device)
+    try:
+        fused = fused_normalised(x)
+        (grad,) = torch.autograd.grad((fused * weights).sum(), x)
+        plain = _Normalised.apply(x)
+        (expected,) = torch.autograd.grad((plain * weights).sum(), x)
+    except Exception as error:  # a Triton that cannot compile or run them
+        logger.warning("RFA's fused training readout does not run here (%s: %s); the torch form is taken",
+                       type(error).__name__, str(error)[:200])
+        return False
+    # a quotient and a sum of 16 products of size at most 10 x 4 each: far within 1e-4 and 1e-3
+    agree = torch.allclose(fused, plain, atol=1e-4) and torch.allclose(grad, expected, rtol=1e-3, atol=1e-3)
+    if not agree:
+        logger.warning("RFA's fused training readout differs from the torch form here; the torch form is taken")
+    return agree

@@ -19,8 +19,18 @@ NORMALISER_FLOOR = 0.1
 
 
 def normalised(numerator_and_mass: Tensor) -> Tensor:
-    """[..., dv + 1] (last column: φ(q)·z) → [..., dv], with the documented floor."""
+    """[..., dv + 1] (last column: φ(q)·z) → [..., dv], with the documented floor. In training, on
+    the devices of :data:`.features.FUSED_FEATURE_DEVICES`, through one Triton kernel each way
+    (:func:`.fused_features.fused_normalised`) where they run."""
     if torch.is_grad_enabled() and numerator_and_mass.requires_grad:
+        from .features import FUSED_FEATURE_DEVICES
+
+        if numerator_and_mass.device.type in FUSED_FEATURE_DEVICES and numerator_and_mass.dim() >= 3 \
+                and numerator_and_mass.dtype == torch.float32:
+            from .fused_features import fused_normalise_work, fused_normalised
+
+            if fused_normalise_work(numerator_and_mass.device):
+                return fused_normalised(numerator_and_mass)
         return _Normalised.apply(numerator_and_mass)
     numerator, mass = numerator_and_mass[..., :-1], numerator_and_mass[..., -1:]
     return numerator / mass.clamp_min(NORMALISER_FLOOR)

@@ -417,6 +417,49 @@ def local_cross_step_kernel(query, keys, values, first, length, last, rows, orde
     tl.store(out + row * out_row + head * out_head + dims, result.to(out.dtype.element_ty), mask=dim_mask)
 
 
+@triton.jit
+def _normalise_tiles(lead_stride, row_stride, time, columns, BLOCK_ROWS: tl.constexpr, BLOCK_COLUMNS: tl.constexpr):
+    """Program (block, lead) of the normalisation's kernels: the offsets of its rows' numerator
+    tile in a tensor of these strides, the mass column's, and their masks."""
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_mask = rows < time
+    cols = tl.arange(0, BLOCK_COLUMNS)
+    base = tl.program_id(1).to(tl.int64) * lead_stride + rows.to(tl.int64) * row_stride
+    return base[:, None] + cols[None, :], base + columns, row_mask[:, None] & (cols < columns)[None, :], row_mask
+
+
+@triton.jit
+def normalise_kernel(x, out, time, columns, x_lead, x_row, out_lead, out_row, normaliser_floor,
+                     BLOCK_ROWS: tl.constexpr, BLOCK_COLUMNS: tl.constexpr):
+    """RFA's floored readout in training (:class:`.state._Normalised`), for a block of rows:
+    program (block, lead). x [lead, time, columns + 1] fp32 (the numerator, then the mass φ(q)·z;
+    last dimension contiguous) → out [lead, time, columns] = numerator / max(mass, normaliser_floor)."""
+    tile, mass_at, tile_mask, row_mask = _normalise_tiles(x_lead, x_row, time, columns, BLOCK_ROWS, BLOCK_COLUMNS)
+    numerator = tl.load(x + tile, mask=tile_mask, other=0.0)
+    mass = tl.load(x + mass_at, mask=row_mask, other=1.0)
+    out_tile, _, _, _ = _normalise_tiles(out_lead, out_row, time, columns, BLOCK_ROWS, BLOCK_COLUMNS)
+    tl.store(out + out_tile, numerator / tl.maximum(mass, normaliser_floor)[:, None], mask=tile_mask)
+
+
+@triton.jit
+def normalise_backward_kernel(grad, x, grad_x, time, columns, grad_lead, grad_row, x_lead, x_row,
+                              grad_x_lead, grad_x_row, normaliser_floor, BLOCK_ROWS: tl.constexpr,
+                              BLOCK_COLUMNS: tl.constexpr):
+    """:func:`normalise_kernel`'s backward: grad [lead, time, columns] → grad_x [lead, time,
+    columns + 1]: ``g / m`` for the numerator and ``-Σ (g / m) · n / m`` for the mass, with m the
+    floored mass (0 where the floor holds it)."""
+    tile, mass_at, tile_mask, row_mask = _normalise_tiles(x_lead, x_row, time, columns, BLOCK_ROWS, BLOCK_COLUMNS)
+    numerator = tl.load(x + tile, mask=tile_mask, other=0.0)
+    mass = tl.load(x + mass_at, mask=row_mask, other=1.0)
+    floored = tl.maximum(mass, normaliser_floor)
+    grad_tile, _, _, _ = _normalise_tiles(grad_lead, grad_row, time, columns, BLOCK_ROWS, BLOCK_COLUMNS)
+    grad_numerator = tl.load(grad + grad_tile, mask=tile_mask, other=0.0) / floored[:, None]
+    grad_mass = tl.where(mass < normaliser_floor, 0.0, -tl.sum(grad_numerator * numerator, axis=1) / floored)
+    out_tile, out_mass_at, _, _ = _normalise_tiles(grad_x_lead, grad_x_row, time, columns, BLOCK_ROWS, BLOCK_COLUMNS)
+    tl.store(grad_x + out_tile, grad_numerator, mask=tile_mask)
+    tl.store(grad_x + out_mass_at, grad_mass, mask=row_mask)
+
+
 def compile_kernels(capability: int = 90, warp_size: int = 32) -> dict:
     """Compile the kernels for an NVIDIA GPU of compute ``capability`` (90: H100) with Triton's own
     compiler, down to the GPU's binary (cubin); no GPU or driver is needed. Every constexpr branch
@@ -453,6 +496,9 @@ def compile_kernels(capability: int = 90, warp_size: int = 32) -> dict:
             PROJECTIONS=32, BLOCK_ROWS=32, BLOCK_DIM=64, BLOCK_PROJECTIONS=32), "*bf16"),
         "training features' backward, 256 cross projections": (fourier_features_backward_kernel, dict(
             PROJECTIONS=256, BLOCK_ROWS=32, BLOCK_DIM=64, BLOCK_PROJECTIONS=64), "*fp32"),
+        "training normalisation": (normalise_kernel, dict(BLOCK_ROWS=32, BLOCK_COLUMNS=64), "*fp32"),
+        "training normalisation's backward": (normalise_backward_kernel, dict(BLOCK_ROWS=32, BLOCK_COLUMNS=64),
+                                              "*fp32"),
         "causal local, gathered keys, padding, loop to each row's length, bf16": (local_causal_step_kernel, dict(
             HAS_CACHE=True, HAS_ROWS=True, HAS_REAL=True, DYNAMIC=True, KEY_SPAN=0, **local_sizes), "*bf16"),
         "causal local, nothing before, loop to a constexpr, fp32": (local_causal_step_kernel, dict(
