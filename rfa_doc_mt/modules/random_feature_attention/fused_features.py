@@ -108,11 +108,16 @@ def fused_features_work(device: torch.device) -> bool:
     """Whether the fused kernels run on ``device``'s type: Triton is installed and, on first asking
     in this process, both kernels give the torch form's features and gradients on a small input
     (else a warning, and False from then on)."""
+    return _works(device, _CHECKED, _check)
+
+
+def _works(device: torch.device, checked: dict, check) -> bool:
+    """Triton installed, and ``check(device)`` passed (asked once per device type: ``checked``)."""
     if not triton_available():
         return False
-    if device.type not in _CHECKED:
-        _CHECKED[device.type] = _check(device)
-    return _CHECKED[device.type]
+    if device.type not in checked:
+        checked[device.type] = check(device)
+    return checked[device.type]
 
 
 def _check(device: torch.device) -> bool:
@@ -190,11 +195,7 @@ def fused_normalised(x: Tensor) -> Tensor:
 
 def fused_normalise_work(device: torch.device) -> bool:
     """As :func:`fused_features_work`, for the floored readout's kernels."""
-    if not triton_available():
-        return False
-    if device.type not in _CHECKED_NORMALISE:
-        _CHECKED_NORMALISE[device.type] = _check_normalise(device)
-    return _CHECKED_NORMALISE[device.type]
+    return _works(device, _CHECKED_NORMALISE, _check_normalise)
 
 
 def _check_normalise(device: torch.device) -> bool:
