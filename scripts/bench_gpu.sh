@@ -8,7 +8,8 @@
 #   0. the cross read alone (cap 40 s, expected ~25 s): python -m rfa_doc_mt.bench.readout_bandwidth at the
 #      L = 1 batch (1024 sources), the fused kernel's products in fp32 and in 3xTF32 against a plain pass
 #      over the summaries' memory, and the 3xTF32 read under 12 launch settings (--sweep: projections per
-#      block, warps, stages) -> OUT_DIR/readout.json
+#      block, warps, stages) -> OUT_DIR/readout.json; the fastest, if 5% faster than the default with the
+#      same output, is the decoding steps' (decode_speed --cross-read-launch)
 #   1. decode speed in fp32 (cap 190 s, expected ~2.3 min): the paper's batches (--batch-scale 1), beam 4,
 #      outputs forced to the reference length, one batch per L; the transformer, RFA on the eager path, RFA
 #      on the fused path (Triton kernels), the remedy (RFA with 2 of its cross heads local, rfa-crosslocal2,
@@ -117,14 +118,25 @@ DATA_ARGS=()
 
 step "cross read" "${LIMITS[3]}" "$PYTHON" -m rfa_doc_mt.bench.readout_bandwidth "${READOUT[@]}" \
   --out "$OUT/readout.json"
+# the decoding steps read the source summaries with the sweep's fastest launch setting, where one beats the default
+CROSS_LAUNCH=()
+if [ -f "$OUT/readout.json" ]; then
+  best=$("$PYTHON" -m rfa_doc_mt.bench.readout_bandwidth --best "$OUT/readout.json" || true)
+  if [ -n "$best" ]; then
+    CROSS_LAUNCH=(--cross-read-launch "$best")
+    log "the cross read's fastest launch setting, for the decoding steps: $best"
+  else
+    log "the cross read's default launch setting is as fast as any swept (within 5%)"
+  fi
+fi
 step "decode fp32" "${LIMITS[0]}" "$ROOT/scripts/bench_decode_speed.sh" --out "$OUT/fp32" \
   ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --dtype fp32 --rfa-decoding eager,fused "${DECODE[@]}" \
-  ${FIRST[@]+"${FIRST[@]}"} "${REMEDY[@]}" "${KERNEL_COUNTS[@]}"
+  ${FIRST[@]+"${FIRST[@]}"} "${REMEDY[@]}" "${KERNEL_COUNTS[@]}" ${CROSS_LAUNCH[@]+"${CROSS_LAUNCH[@]}"}
 step "training" "${LIMITS[1]}" "$PYTHON" -m rfa_doc_mt.bench.training_speed run --out "$OUT/training.json" \
   "${TRAINING[@]}"
 step "decode $DTYPE2" "${LIMITS[2]}" "$ROOT/scripts/bench_decode_speed.sh" --out "$OUT/$DTYPE2" \
   ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --dtype "$DTYPE2" --rfa-decoding fused "${DECODE[@]}" ${SECOND[@]+"${SECOND[@]}"} \
-  "${REMEDY[@]}" "${KERNEL_COUNTS2[@]}"
+  "${REMEDY[@]}" "${KERNEL_COUNTS2[@]}" ${CROSS_LAUNCH[@]+"${CROSS_LAUNCH[@]}"}
 
 DECODED=()
 for dtype in fp32 "$DTYPE2"; do

@@ -215,6 +215,36 @@ def test_readout_bandwidth_times_the_fused_read_at_both_precisions(tmp_path, cap
     assert done.stdout.count("GB/s  ") == len(names) and "fastest first" in done.stdout
 
 
+def test_the_fastest_swept_cross_read_setting_is_chosen_only_where_it_pays_and_agrees():
+    """readout_bandwidth --best: the fastest swept setting whose output lies within 2D fp32
+    roundings of the default's, if at least 5% faster than the default; else the default ("")."""
+    from rfa_doc_mt.bench.readout_bandwidth import best_launch, sweep_name
+
+    def result(times, apart):
+        launches = [{"block": 32, "num_warps": 4, "num_stages": 2}, {"block": 128, "num_warps": 8, "num_stages": 3}]
+        names = [sweep_name(launch) for launch in launches]
+        return {"shape": {"features": 512}, "fused_tf32x3_difference": {"max_output": 2.0},
+                "ms_per_layer": {"fused_tf32x3": 1.0, **dict(zip(names, times))},
+                "sweep": {name: {"launch": launch, "max_abs_from_default": gap}
+                          for name, launch, gap in zip(names, launches, apart)}}
+
+    close, far = 1e-6, 1e-3  # within 512 x 2^-24 x 2 = 6.1e-5, and beyond it
+    assert best_launch(result([0.9, 0.7], [close, close])) == "block=128,num_warps=8,num_stages=3"
+    assert best_launch(result([0.9, 0.7], [close, far])) == "block=32,num_warps=4,num_stages=2"
+    assert best_launch(result([0.97, 0.98], [close, close])) == ""  # within 5% of the default
+    assert best_launch(result([0.9, 0.7], [far, far])) == ""
+    no_sweep = result([0.9, 0.7], [close, close])
+    del no_sweep["sweep"]
+    assert best_launch(no_sweep) == ""
+
+
+def test_decode_speed_refuses_cross_read_settings_the_kernel_does_not_take(tmp_path):
+    from rfa_doc_mt.bench.decode_speed import main
+
+    with pytest.raises(SystemExit, match="--cross-read-launch"):
+        main(["run", "--data", str(tmp_path), "--out", str(tmp_path / "x.json"), "--cross-read-launch", "block=48"])
+
+
 def test_decode_breakdown_times_each_decoder_part_and_restores_the_model():
     """The per-part timing of a decoding batch: every attention, its cache reordering (beam
     search reorders at every step), the feed-forward layers and the output projection are timed,

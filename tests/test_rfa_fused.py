@@ -407,6 +407,47 @@ def test_a_cross_read_refuses_launch_settings_it_does_not_take(launch):
         fused_cross_read(torch.randn(6, HEADS, HEAD_DIM).to(DEVICE), to_device(feature), state, launch=launch)
 
 
+def test_configured_cross_read_settings_are_the_default_and_dropped_where_they_fail(monkeypatch, caplog):
+    """CROSS_READ_LAUNCH (a GPU's sweep's choice) is what a call without settings launches with; a
+    call they fail for takes the defaults instead, the same output, with a warning, and so does
+    every later call."""
+    feature, _, _ = feature_map("fourier", seed=6, projections=100)
+    state = {"state": torch.rand(2, HEADS, 200, HEAD_DIM + 1).to(DEVICE)}
+    q = torch.randn(6, HEADS, HEAD_DIM).to(DEVICE)
+    expected = fused_cross_read(q, to_device(feature), state)
+    monkeypatch.setattr(fused_module, "CROSS_READ_LAUNCH", {"block": 32, "num_warps": 8})
+    launched = []
+    real_launch = fused_module._launch
+
+    def launch(kernel, grid, *args, **options):
+        launched.append((options["BLOCK_FEATURES"], options.get("num_warps")))
+        if options.get("num_warps") == 8 and options["BLOCK_FEATURES"] == 16:
+            raise RuntimeError("out of resources")
+        real_launch(kernel, grid, *args, **options)
+
+    monkeypatch.setattr(fused_module, "_launch", launch)
+    assert torch.allclose(fused_cross_read(q, to_device(feature), state), expected, rtol=1e-5, atol=1e-6)
+    assert launched == [(32, 8)]
+    fused_module.CROSS_READ_LAUNCH["block"] = 16
+    with caplog.at_level("WARNING"):
+        out = fused_cross_read(q, to_device(feature), state)
+    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-6) and "launch settings" in caplog.text
+    assert launched[1:] == [(16, 8), (fused_module.FEATURE_BLOCK, None)] and fused_module.CROSS_READ_LAUNCH == {}
+
+
+@pytest.mark.parametrize("text, launch", [("block=64,num_warps=8,num_stages=3", {"block": 64, "num_warps": 8,
+                                                                                   "num_stages": 3}),
+                                          (" num_warps=4 ", {"num_warps": 4}), ("", {})])
+def test_cross_read_settings_parse_from_the_command_line(text, launch):
+    assert fused_module.parse_cross_read_launch(text) == launch
+
+
+@pytest.mark.parametrize("text", ["block=48", "warps=8", "block=64,num_stages=x", "num_warps=0"])
+def test_cross_read_settings_that_the_kernel_does_not_take_are_refused(text):
+    with pytest.raises(ValueError):
+        fused_module.parse_cross_read_launch(text)
+
+
 def test_a_cross_reads_launch_settings_reach_the_kernel(monkeypatch):
     """What a sweep sets is what the kernel is launched with; without settings, the defaults (a
     block of up to FEATURE_BLOCK projections, Triton's warps and stages)."""

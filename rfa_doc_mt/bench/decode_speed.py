@@ -576,6 +576,13 @@ def run(args) -> Dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.cross_read_launch:
+        from ..modules.random_feature_attention import fused
+
+        try:
+            fused.CROSS_READ_LAUNCH.update(fused.parse_cross_read_launch(args.cross_read_launch))
+        except ValueError as error:
+            raise SystemExit(f"--cross-read-launch: {error}")
     device = args.device
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     window_sizes = [int(x) for x in args.window_sizes.split(",")] if args.window_sizes else \
@@ -608,6 +615,7 @@ def run(args) -> Dict:
                            "batches_per_window_size": num_batches, "models": architectures,
                            "rfa_decoding": {DECODING_PATHS[path]: path for path in paths}, "dtype": args.dtype,
                            "rfa_gates": rfa_gates, "rfa_variants": variants,
+                           "cross_read_launch": args.cross_read_launch or "default",
                            "rfa_variant_decoding": variant_path(paths),
                            "seed": args.seed, "quick": bool(args.quick), "tiny": bool(args.tiny),
                            "kernel_counts": args.kernel_counts and
@@ -828,6 +836,10 @@ def main(argv=None) -> int:
     run_parser.add_argument("--rfa-variant", action="append", metavar='NAME="OPTIONS"',
                             help="also decode RFA built with these model options (repeatable), e.g. "
                                  'local="--rfa-gate sgate --rfa-causal-local-heads 4 --rfa-cross-local-heads 4"')
+    run_parser.add_argument("--cross-read-launch", metavar="block=B,num_warps=W,num_stages=S", default="",
+                            help="the fused cross read's launch settings (as readout_bandwidth --sweep found them "
+                                 "fastest on this GPU; default: a block of 64 projections, Triton's warps and "
+                                 "stages)")
     run_parser.add_argument("--no-ceiling", action="store_true",
                             help="skip the third model, the transformer without decoder attention "
                                  "(the bound on any attention's speedup)")

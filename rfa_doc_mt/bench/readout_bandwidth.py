@@ -54,8 +54,30 @@ SWEEP = [{"block": block, "num_warps": warps, "num_stages": stages}
          for block in (32, 64, 128) for warps in (4, 8) for stages in (2, 3)]
 
 
+# how much faster than the default a swept setting must be to be chosen (--best), and how close its
+# output must stay to the default's: the sums of 2D products in another order, within 2D fp32
+# roundings of the largest output (2D = --features)
+BEST_MARGIN = 1.05
+
+
 def sweep_name(launch: Dict[str, int]) -> str:
     return f"fused_tf32x3_b{launch['block']}_w{launch['num_warps']}_s{launch['num_stages']}"
+
+
+def best_launch(result: Dict) -> str:
+    """The fastest swept launch setting of a readout JSON as ``block=B,num_warps=W,num_stages=S``
+    (decode_speed --cross-read-launch), if it is at least BEST_MARGIN times as fast as the default
+    and its output stays within 2D fp32 roundings of the default's; else ``""`` (the default)."""
+    ms, features = result.get("ms_per_layer", {}), result["shape"]["features"]
+    allowed = features * 2.0 ** -24 * result["fused_tf32x3_difference"]["max_output"]
+    fair = [(ms[name], entry["launch"]) for name, entry in (result.get("sweep") or {}).items()
+            if name in ms and entry.get("max_abs_from_default", float("inf")) <= allowed]
+    if not fair or "fused_tf32x3" not in ms:
+        return ""
+    fastest, launch = min(fair, key=lambda pair: pair[0])
+    if fastest * BEST_MARGIN > ms["fused_tf32x3"]:
+        return ""
+    return ",".join(f"{name}={launch[name]}" for name in ("block", "num_warps", "num_stages"))
 
 
 def measure(sources: int, heads: int, features: int, columns: int, beams: int, layers: int, repeats: int,
@@ -149,7 +171,16 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="also time the fused 3xTF32 read under other launch settings (blocks of 32-128 "
                              "projections, 4 or 8 warps, 2 or 3 stages)")
     parser.add_argument("--out", help="JSON file to write")
+    parser.add_argument("--best", metavar="JSON",
+                        help="print the fastest swept launch setting of a JSON this wrote with --sweep, as "
+                             "decode_speed --cross-read-launch takes it (nothing: the default is as fast), and exit")
     args = parser.parse_args(argv)
+    if args.best:
+        import json
+
+        with open(args.best) as handle:
+            print(best_launch(json.load(handle)))
+        return 0
     if min(args.sources, args.heads, args.features, args.head_dim, args.beams, args.layers, args.repeats) < 1:
         parser.error("every size and --repeats must be at least 1")
     if args.device.startswith("cuda") and not torch.cuda.is_available():

@@ -113,6 +113,11 @@ DOT_MIN = 16
 # takes both in fp32. A Triton that cannot
 # compile "tf32x3" falls back to "ieee", once, with a warning (_cross_precision).
 CROSS_DOT_PRECISION = "tf32x3"
+# the cross read's launch settings where a call gives none (block, num_warps, num_stages: see
+# fused_cross_read); empty: a block of up to FEATURE_BLOCK projections and Triton's defaults. Set
+# from a GPU's own sweep (readout_bandwidth --sweep, decode_speed --cross-read-launch); settings that
+# fail to compile for some call are dropped, with a warning, from then on
+CROSS_READ_LAUNCH: Dict[str, int] = {}
 # keys of one block of the local heads' loop (32 x 64 tiles of keys and of values in registers):
 # a sentence of up to 32 tokens in one block, the lengths masked per row
 LOCAL_KEY_BLOCK = 32
@@ -282,6 +287,29 @@ def _cross_precision(precision: Optional[str]) -> str:
     return "ieee" if precision in _FAILED_PRECISIONS else precision
 
 
+def check_cross_read_launch(launch: Optional[Dict[str, int]]) -> None:
+    """A ValueError unless ``launch`` holds only a block (a power of 2 from DOT_MIN), num_warps and
+    num_stages (positive integers)."""
+    settings = dict(launch or {})
+    block = settings.get("block", DOT_MIN)
+    if not all(isinstance(value, int) and value > 0 for value in settings.values()) or block < DOT_MIN or \
+            block & (block - 1) or set(settings) - {"block", "num_warps", "num_stages"}:
+        raise ValueError(f"the cross read's launch takes a block (a power of 2 from {DOT_MIN}), num_warps and "
+                         f"num_stages, not {launch}")
+
+
+def parse_cross_read_launch(text: str) -> Dict[str, int]:
+    """``"block=64,num_warps=8,num_stages=3"`` (any of them; empty: none) → its settings, checked."""
+    launch = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        if not value.strip().isdigit():
+            raise ValueError(f"the cross read's launch settings are name=integer, not {item!r}")
+        launch[name.strip()] = int(value)
+    check_cross_read_launch(launch)
+    return launch
+
+
 def fused_cross_read(q: Tensor, feature_map: DecodingFeatureMap, summary: Dict[str, Tensor],
                      rows: Optional[Tensor] = None, out: Optional[Tensor] = None,
                      precision: Optional[str] = None, launch: Optional[Dict[str, int]] = None) -> Tensor:
@@ -293,15 +321,21 @@ def fused_cross_read(q: Tensor, feature_map: DecodingFeatureMap, summary: Dict[s
     (decoding on the fused path keeps the state form). ``precision``: of the kernel's products,
     ``"tf32x3"`` or ``"ieee"`` (None: :data:`CROSS_DOT_PRECISION`); a Triton that cannot compile
     ``"tf32x3"`` takes ``"ieee"`` instead, with a warning, from then on. ``launch``: the kernel's
-    launch settings in place of the defaults, any of ``block`` (projections per block of its loop,
-    a power of 2 from DOT_MIN), ``num_warps`` and ``num_stages`` (the readout benchmark's sweep)."""
+    launch settings, any of ``block`` (projections per block of its loop, a power of 2 from
+    DOT_MIN), ``num_warps`` and ``num_stages`` (the readout benchmark's sweep; a setting that fails
+    is the caller's to report); None: :data:`CROSS_READ_LAUNCH`."""
+    if launch is None and CROSS_READ_LAUNCH:
+        try:
+            return fused_cross_read(q, feature_map, summary, rows, out, precision, dict(CROSS_READ_LAUNCH))
+        except Exception as error:  # settings that do not compile for this call: the defaults, from now on
+            logger.warning("the fused cross read's launch settings %s failed (%s: %s); it takes the defaults from "
+                           "now on", CROSS_READ_LAUNCH, type(error).__name__, str(error)[:200])
+            CROSS_READ_LAUNCH.clear()
     batch, heads, head_dim = q.shape
     weight, offset, projections, scale = _feature_arguments(feature_map)
     settings = dict(launch or {})
     block = settings.pop("block", None) or _block(projections, largest=FEATURE_BLOCK)
-    if block < DOT_MIN or block & (block - 1) or set(settings) - {"num_warps", "num_stages"}:
-        raise ValueError(f"the cross read's launch takes a block (a power of 2 from {DOT_MIN}), num_warps and "
-                         f"num_stages, not {launch}")
+    check_cross_read_launch(launch)
     state = summary.get("state")
     if state is None:
         state = keys_to_state(summary["keys"], summary["values"])
