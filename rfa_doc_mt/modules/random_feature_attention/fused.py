@@ -333,9 +333,11 @@ def fused_cross_read(q: Tensor, feature_map: DecodingFeatureMap, summary: Dict[s
             CROSS_READ_LAUNCH.clear()
     batch, heads, head_dim = q.shape
     weight, offset, projections, scale = _feature_arguments(feature_map)
-    settings = dict(launch or {})
+    settings = {}
+    if launch:  # checked only here: the call without settings stays as cheap on the host as it was
+        check_cross_read_launch(launch)
+        settings = dict(launch)
     block = settings.pop("block", None) or _block(projections, largest=FEATURE_BLOCK)
-    check_cross_read_launch(launch)
     state = summary.get("state")
     if state is None:
         state = keys_to_state(summary["keys"], summary["values"])
