@@ -150,7 +150,9 @@ for dtype in fp32 "$DTYPE2"; do  # a run cut short leaves its JSON (every L so f
       --out "$OUT/$dtype/decode_speed.png" || FAILED+=("plot $dtype")
   fi
 done
-"$PYTHON" -m rfa_doc_mt.bench.speed_table --decode ${DECODED[@]+"${DECODED[@]}"} \
+READ=()
+[ -f "$OUT/readout.json" ] && READ+=("$OUT/readout.json")
+"$PYTHON" -m rfa_doc_mt.bench.speed_table --readout ${READ[@]+"${READ[@]}"} --decode ${DECODED[@]+"${DECODED[@]}"} \
   --training ${TRAINED[@]+"${TRAINED[@]}"} --steps ${DECODED[@]+"${DECODED[@]}"} | tee "$OUT/tables.md" \
   || FAILED+=("tables")
 log "bench_gpu: $((SECONDS - STARTED))s on $DEVICE; results in $OUT"

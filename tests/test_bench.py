@@ -438,6 +438,34 @@ def test_fused_hypotheses_are_counted_where_they_differ_and_tabled():
     table = decode_table({"summary": [summary], "settings": {"dtype": "fp32", "beam": 4},
                           "machine": {"device": "cuda", "gpu": "H100"}, "commit": {"commit": "abcdef0"}})
     assert "| fp32: fused hypotheses differing from eager (windows) | 1 / 3 |" in table
+    assert "cross read launched" not in table
+    tuned = decode_table({"summary": [summary], "settings": {"dtype": "fp32", "beam": 4,
+                                                             "cross_read_launch": "block=128,num_warps=8"},
+                          "machine": {"device": "cuda", "gpu": "H100"}, "commit": {"commit": "abcdef0"}})
+    assert "the cross read launched with block=128,num_warps=8" in tuned.splitlines()[0]
+
+
+def test_the_cross_read_table_lists_every_read_the_sweep_fastest_first_and_the_choice():
+    from rfa_doc_mt.bench.readout_bandwidth import sweep_name
+    from rfa_doc_mt.bench.speed_table import readout_table
+
+    launches = [{"block": 32, "num_warps": 4, "num_stages": 2}, {"block": 128, "num_warps": 8, "num_stages": 3},
+                {"block": 64, "num_warps": 8, "num_stages": 3}]
+    names = [sweep_name(launch) for launch in launches]
+    ms = {"plain_pass": 0.25, "fused_tf32x3": 1.0, names[0]: 0.9, names[1]: 0.6}
+    result = {"shape": {"sources": 1024, "heads": 8, "features": 512, "columns": 65, "beams": 4, "layers": 6},
+              "machine": {"gpu": "H200"}, "commit": {"commit": "abcdef0123"},
+              "fused_tf32x3_difference": {"max_output": 2.0}, "ms_per_layer": ms,
+              "gb_per_second": {name: 1000.0 / value for name, value in ms.items()},
+              "sweep": {names[0]: {"launch": launches[0], "max_abs_from_default": 1e-6},
+                        names[1]: {"launch": launches[1], "max_abs_from_default": 2e-6},
+                        names[2]: {"launch": launches[2], "error": "OutOfResources: shared memory"}}}
+    table = readout_table(result)
+    lines = table.splitlines()
+    assert "the decoding steps' launch setting: block=128,num_warps=8,num_stages=3" in lines[0]
+    rows = [line.split(" | ")[0].strip("| ") for line in lines[4:]]
+    assert rows == ["plain_pass", "fused_tf32x3", names[1], names[0], names[2]]  # the sweep fastest first
+    assert "| 0.600 | 1667 | 2.0e-06 |" in table and "failed" in lines[-1] and "OutOfResources" in lines[-1]
 
 
 def test_triton_compiles_are_counted_while_entered_and_the_hook_before_is_kept(monkeypatch):

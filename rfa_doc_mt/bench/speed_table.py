@@ -2,6 +2,7 @@
 (scripts/bench_gpu.sh prints them; docs/benchmarks.md's tables have this shape).
 
     python -m rfa_doc_mt.bench.speed_table [--decode F.json ...] [--training F.json] [--steps F.json ...]
+        [--readout F.json]
 
 ``--steps`` tables each model's forward time per decoder step, and what RFA's step costs beyond
 the ceiling's per window the batch started with (``--data DIR`` recounts the steps of a JSON
@@ -73,9 +74,33 @@ def decode_table(result: Dict) -> str:
                     _number(s.get("kernel_counts", {}).get(name, {}).get("device_ms_per_step"), 2) for s in summary])
     machine = result["machine"].get("gpu") or result["machine"].get("cpu")
     commit = (result.get("commit") or {}).get("commit")
+    launch = result["settings"].get("cross_read_launch")
     note = f"{dtype}, beam {result['settings']['beam']}, {machine}, commit {commit and commit[:7]}" + \
+        (f", the cross read launched with {launch}" if launch and launch != "default" else "") + \
         (f" (partial: {result['partial']})" if result.get("partial") else "")
     return note + "\n\n" + _table(header, rows)
+
+
+def readout_table(result: Dict) -> str:
+    """The cross read alone (readout_bandwidth): ms per layer and GB/s of each way of reading the
+    summaries, the swept launch settings fastest first with their outputs' distance from the
+    default's, and the setting ``--best`` chooses."""
+    from .readout_bandwidth import best_launch
+
+    ms, rates = result["ms_per_layer"], result["gb_per_second"]
+    sweep = result.get("sweep") or {}
+    rows = [[name, f"{ms[name]:.3f}", f"{rates[name]:.0f}", "-"] for name in ms if name not in sweep]
+    for name in sorted((name for name in sweep if name in ms), key=ms.get):
+        rows.append([name, f"{ms[name]:.3f}", f"{rates[name]:.0f}", f"{sweep[name]['max_abs_from_default']:.1e}"])
+    rows += [[name, "failed", "-", entry["error"][:80]] for name, entry in sweep.items() if "error" in entry]
+    shape = result["shape"]
+    chosen = best_launch(result) if sweep else ""
+    note = (f"the cross read alone: {shape['sources']} sources x {shape['heads']} heads x {shape['features']} "
+            f"features x {shape['columns']}, {shape['beams']} beams, {shape['layers']} layers, "
+            f"{result['machine'].get('gpu') or result['machine'].get('cpu')}, commit "
+            f"{((result.get('commit') or {}).get('commit') or '')[:7]}"
+            + (f"; the decoding steps' launch setting: {chosen or 'the default'}" if sweep else ""))
+    return note + "\n\n" + _table(["read", "ms per layer", "GB/s", "output from the default's"], rows)
 
 
 def step_table(result: Dict, data: Optional[str] = None) -> str:
@@ -162,9 +187,10 @@ def main(argv=None) -> int:
     parser.add_argument("--training", nargs="*", default=[], help="training_speed JSONs")
     parser.add_argument("--steps", nargs="*", default=[], help="decode_speed JSONs: time per decoder step")
     parser.add_argument("--data", help="with --steps: the corpus a JSON decoded, to recount steps it lacks")
+    parser.add_argument("--readout", nargs="*", default=[], help="readout_bandwidth JSONs (the cross read alone)")
     args = parser.parse_args(argv)
     tables = []
-    for paths, make in ((args.decode, decode_table), (args.training, training_table),
+    for paths, make in ((args.readout, readout_table), (args.decode, decode_table), (args.training, training_table),
                         (args.steps, lambda result: step_table(result, args.data))):
         for path in paths:
             with open(path) as f:
