@@ -106,7 +106,16 @@ def test_operator_count_counts_computing_operators_in_rfas_gpu_forms(tmp_path, c
                         fused_features=True)
     assert counts["triton:fourier_features_kernel"] == counts["triton:fourier_features_backward_kernel"] == 1
     assert counts["sin"] == 0 and counts["bmm"] == 1
+    # and the floored readout: one launch each way, none of the torch form's clamp and division
+    from rfa_doc_mt.modules.random_feature_attention import fused_features
+    from rfa_doc_mt.modules.random_feature_attention.state import normalised
+
+    readout = torch.rand(2, 4, 3, 9, requires_grad=True)
+    counts = count_step(lambda: normalised(readout).sum().backward(), fused_features=True)
+    assert counts["triton:normalise_kernel"] == counts["triton:normalise_backward_kernel"] == 1
+    assert counts["clamp_min"] == 0 and counts["div"] == 0
     assert features.FUSED_FEATURE_DEVICES == {"cuda"}
+    assert fused_features.fused_normalise_work.__name__ == "fused_normalise_work"  # restored
     out = tmp_path / "ops.json"
     assert main(["--out", str(out), "--tiny", "--window-sizes", "2", "--tokens", "64", "--sentence-length", "8",
                  "--vocabulary", "60"]) == 0

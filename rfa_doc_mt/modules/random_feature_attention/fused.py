@@ -324,20 +324,10 @@ def fused_cross_read(q: Tensor, feature_map: DecodingFeatureMap, summary: Dict[s
     launch settings, any of ``block`` (projections per block of its loop, a power of 2 from
     DOT_MIN), ``num_warps`` and ``num_stages`` (the readout benchmark's sweep; a setting that fails
     is the caller's to report); None: :data:`CROSS_READ_LAUNCH`."""
-    if launch is None and CROSS_READ_LAUNCH:
-        try:
-            return fused_cross_read(q, feature_map, summary, rows, out, precision, dict(CROSS_READ_LAUNCH))
-        except Exception as error:  # settings that do not compile for this call: the defaults, from now on
-            logger.warning("the fused cross read's launch settings %s failed (%s: %s); it takes the defaults from "
-                           "now on", CROSS_READ_LAUNCH, type(error).__name__, str(error)[:200])
-            CROSS_READ_LAUNCH.clear()
+    if launch:  # a caller's settings, checked here; the configured ones were checked when set
+        check_cross_read_launch(launch)
     batch, heads, head_dim = q.shape
     weight, offset, projections, scale = _feature_arguments(feature_map)
-    settings = {}
-    if launch:  # checked only here: the call without settings stays as cheap on the host as it was
-        check_cross_read_launch(launch)
-        settings = dict(launch)
-    block = settings.pop("block", None) or _block(projections, largest=FEATURE_BLOCK)
     state = summary.get("state")
     if state is None:
         state = keys_to_state(summary["keys"], summary["values"])
@@ -350,7 +340,9 @@ def fused_cross_read(q: Tensor, feature_map: DecodingFeatureMap, summary: Dict[s
         out = q.new_empty(batch, heads, head_dim)
     chosen = _cross_precision(precision)
 
-    def run(dot_precision: str) -> None:
+    def run(dot_precision: str, settings: Dict[str, int]) -> None:
+        settings = dict(settings)
+        block = settings.pop("block", None) or _block(projections, largest=FEATURE_BLOCK)
         _launch(_kernels(q.device).cross_read_kernel, (sources, heads),
             q, weight, offset, state, rows if rows is not None else _placeholder(q.device, torch.long), out,
             heads, head_dim, head_dim, beams,
@@ -361,16 +353,27 @@ def fused_cross_read(q: Tensor, feature_map: DecodingFeatureMap, summary: Dict[s
             DOT_PRECISION=dot_precision, BLOCK_BEAMS=_block(beams), BLOCK_DIM=_block(head_dim),
             BLOCK_FEATURES=block, BLOCK_VALUES=_block(head_dim), enable_fp_fusion=True, **settings)
 
-    if chosen == "ieee" or launch:  # settings of a sweep: what fails to compile is theirs to report
-        run(chosen)
+    if launch:  # settings of a sweep: what fails to compile is theirs to report
+        run(chosen, launch)
+        return out
+    if CROSS_READ_LAUNCH:
+        try:
+            run(chosen, CROSS_READ_LAUNCH)
+            return out
+        except Exception as error:  # settings that do not compile for this call: the defaults, from now on
+            logger.warning("the fused cross read's launch settings %s failed (%s: %s); it takes the defaults from "
+                           "now on", CROSS_READ_LAUNCH, type(error).__name__, str(error)[:200])
+            CROSS_READ_LAUNCH.clear()
+    if chosen == "ieee":
+        run(chosen, {})
         return out
     try:
-        run(chosen)
+        run(chosen, {})
     except Exception as error:  # a compiler that lacks the split products: fp32 ones, from now on
         _FAILED_PRECISIONS.add(chosen)
         logger.warning("the fused cross read could not be compiled with %s products (%s: %s); it takes fp32 "
                        "products ('ieee') from now on", chosen, type(error).__name__, str(error)[:200])
-        run("ieee")
+        run("ieee", {})
     return out
 
 

@@ -144,7 +144,6 @@ def _check(device: torch.device) -> bool:
     return agree
 
 
-
 class _FusedNormalised(torch.autograd.Function):
     """:class:`.state._Normalised` in one kernel each way: x [..., time, dv + 1] fp32 (the last
     column the mass; last dimension contiguous) → [..., time, dv]."""
@@ -158,22 +157,22 @@ class _FusedNormalised(torch.autograd.Function):
         _launch(_kernels(x.device).normalise_kernel, _normalise_grid(flat),
                 flat, flat_out, flat.size(1), columns, flat.stride(0), flat.stride(1), flat_out.stride(0),
                 flat_out.stride(1), NORMALISER_FLOOR, BLOCK_ROWS=NORMALISE_ROWS_BLOCK, BLOCK_COLUMNS=_block(columns))
-        ctx.save_for_backward(x)
+        ctx.save_for_backward(flat)
+        ctx.shape = x.shape
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor) -> Tensor:
-        (x,) = ctx.saved_tensors
-        columns = x.size(-1) - 1
-        flat, flat_grad = _lead_time(x), _lead_time(grad)
-        grad_x = x.new_empty(x.shape)
-        flat_grad_x = grad_x.view(-1, x.size(-2), columns + 1)
-        _launch(_kernels(x.device).normalise_backward_kernel, _normalise_grid(flat),
+        (flat,) = ctx.saved_tensors
+        columns = flat.size(-1) - 1
+        flat_grad = _lead_time(grad)
+        flat_grad_x = flat.new_empty(flat.shape)
+        _launch(_kernels(flat.device).normalise_backward_kernel, _normalise_grid(flat),
                 flat_grad, flat, flat_grad_x, flat.size(1), columns, flat_grad.stride(0), flat_grad.stride(1),
                 flat.stride(0), flat.stride(1), flat_grad_x.stride(0), flat_grad_x.stride(1), NORMALISER_FLOOR,
                 BLOCK_ROWS=NORMALISE_ROWS_BLOCK, BLOCK_COLUMNS=_block(columns))
-        return grad_x
+        return flat_grad_x.view(ctx.shape)
 
 
 def _lead_time(x: Tensor) -> Tensor:
