@@ -99,13 +99,16 @@ def test_operator_count_counts_computing_operators_in_rfas_gpu_forms(tmp_path, c
     with OperatorCounter() as counter:
         features.random_fourier_features(x, matrix)
     assert counter.counts["mm"] == 4  # the CPU's form, one head at a time
-    # with the fused features: one launch forward, one backward (and the product for τ's gradient), no sine
+    # with the fused features: one launch forward, one backward (and the product for W/τ's gradient),
+    # no sine; W/τ of a learned τ one launch each way, none of the torch form's clamp and division
     x.requires_grad_()
     tau = torch.ones(4, requires_grad=True)
     counts = count_step(lambda: features.random_fourier_features(x, matrix, tau).sum().backward(),
                         fused_features=True)
     assert counts["triton:fourier_features_kernel"] == counts["triton:fourier_features_backward_kernel"] == 1
     assert counts["sin"] == 0 and counts["bmm"] == 1
+    assert counts["triton:inverse_tau_kernel"] == counts["triton:inverse_tau_backward_kernel"] == 1
+    assert counts["clamp_min"] == 0 and counts["div"] == 0
     # and the floored readout: one launch each way, none of the torch form's clamp and division
     from rfa_doc_mt.modules.random_feature_attention import fused_features
     from rfa_doc_mt.modules.random_feature_attention.state import normalised
@@ -116,6 +119,7 @@ def test_operator_count_counts_computing_operators_in_rfas_gpu_forms(tmp_path, c
     assert counts["clamp_min"] == 0 and counts["div"] == 0
     assert features.FUSED_FEATURE_DEVICES == {"cuda"}
     assert fused_features.fused_normalise_work.__name__ == "fused_normalise_work"  # restored
+    assert fused_features.fused_inverse_tau_work.__name__ == "fused_inverse_tau_work"
     out = tmp_path / "ops.json"
     assert main(["--out", str(out), "--tiny", "--window-sizes", "2", "--tokens", "64", "--sentence-length", "8",
                  "--vocabulary", "60"]) == 0

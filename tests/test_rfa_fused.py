@@ -570,9 +570,11 @@ def test_the_training_features_take_the_kernels_where_they_run_and_the_torch_for
     assert len(counted) >= 2  # queries and keys, in the second step only (and the first check's)
     for name, plain, fused in zip(("output", "input gradient", "tau gradient"), *results):
         assert torch.allclose(fused, plain, rtol=1e-4, atol=1e-5), name
-    # a kernel that fails its check: the torch form, with a warning (the readout's kernels checked anew too)
+    # a kernel that fails its check: the torch form, with a warning (the readout's and the
+    # temperature's kernels checked anew too)
     monkeypatch.setattr(fused_features, "_CHECKED", {})
     monkeypatch.setattr(fused_features, "_CHECKED_NORMALISE", {})
+    monkeypatch.setattr(fused_features, "_CHECKED_INVERSE_TAU", {})
     monkeypatch.setattr(fused_features, "_launch", lambda *args, **options: (_ for _ in ()).throw(
         RuntimeError("no kernel here")))
     with caplog.at_level("WARNING"):
@@ -654,6 +656,72 @@ def test_the_training_readout_takes_the_kernels_where_they_run(monkeypatch, capl
     assert "readout does not run here" in caplog.text and "no kernel here" in caplog.text
     # the first check's call (its own small input), then the torch form for x
     assert [tuple(shape) for shape in applied] == [(2, 3, 5, 17)] and torch.allclose(out, results[0][0])
+
+
+def test_fused_training_temperature_and_its_gradient_follow_the_formula():
+    """The learned temperature's kernels (W / max(τ, floor) per head, and τ's gradient) against the
+    formula in float64 with autograd: heads of more entries than one program's block (a full block
+    and a partial one), one τ held at its floor (no gradient), a gradient that reaches the kernel
+    strided."""
+    from rfa_doc_mt.modules.random_feature_attention.fused_features import INVERSE_TAU_BLOCK, fused_inverse_tau
+
+    generator = torch.Generator().manual_seed(7)
+    projections = INVERSE_TAU_BLOCK // HEAD_DIM + 9  # a head's W: one block and part of another
+    matrix = orthogonal_random_matrices(generator, 1, 3, projections, HEAD_DIM)[0]
+    tau = torch.tensor([0.8, MIN_TAU / 2, 1.7])
+    tau32 = tau.to(DEVICE).requires_grad_()
+    got = fused_inverse_tau(matrix.to(DEVICE), tau32)
+    tau64 = tau.double().requires_grad_()
+    expected = matrix.double() / tau64.clamp_min(MIN_TAU).view(-1, 1, 1)
+    assert got.shape == matrix.shape and got.dtype == torch.float32
+    # one division of fp32 inputs
+    assert_within_rounding(got, expected.detach(), 2, expected.detach().abs(), "fused temperature")
+    weights = torch.randn(projections, 3, HEAD_DIM, generator=generator, dtype=torch.float64)
+    (want,) = torch.autograd.grad((expected.transpose(0, 1) * weights).sum(), tau64)
+    (have,) = torch.autograd.grad((got.transpose(0, 1) * weights.float().to(DEVICE)).sum(), tau32)
+    assert float(have[1]) == 0.0 and float(have[0]) != 0.0 and float(have[2]) != 0.0
+    # a sum over the head's entries of products g · W/τ, then a division by τ
+    size = (weights.transpose(0, 1).abs() * expected.detach().abs()).sum((1, 2)) / tau.double().clamp_min(MIN_TAU)
+    assert_within_rounding(have, want, projections * HEAD_DIM + 3, size, "temperature gradient")
+
+
+def test_the_training_temperature_takes_the_kernels_where_they_run(monkeypatch, caplog):
+    """projection_of() takes the fused temperature for an fp32 τ that needs a gradient and a random
+    matrix that does not, on the fused devices, and the torch form otherwise (and where the first
+    check fails, with a warning); both give the same projections and gradients."""
+    from rfa_doc_mt.modules.random_feature_attention import features as features_module
+    from rfa_doc_mt.modules.random_feature_attention import fused_features
+    from rfa_doc_mt.modules.random_feature_attention.features import projection_of
+
+    applied = []
+    real_apply = fused_features._FusedInverseTau.apply
+    monkeypatch.setattr(fused_features._FusedInverseTau, "apply",
+                        lambda matrix, tau: applied.append(tuple(matrix.shape)) or real_apply(matrix, tau))
+    generator = torch.Generator().manual_seed(8)
+    matrix = torch.randn(HEADS, 12, HEAD_DIM, generator=generator).to(DEVICE)
+    tau = torch.tensor([0.6, 1.4]).to(DEVICE)
+    results = []
+    for devices in ({"cuda"}, {"cuda", DEVICE}):
+        monkeypatch.setattr(features_module, "FUSED_FEATURE_DEVICES", devices)
+        learned = tau.clone().requires_grad_()
+        out = projection_of(matrix, learned)
+        results.append((out, *torch.autograd.grad(out.square().sum(), learned)))
+    assert applied == [(HEADS, 12, HEAD_DIM)]
+    for plain, fused in zip(*results):
+        assert torch.allclose(fused, plain, rtol=1e-5, atol=1e-6)
+    applied.clear()
+    projection_of(matrix, tau)  # no gradient: the torch form
+    projection_of(matrix.clone().requires_grad_(), tau.clone().requires_grad_())  # the matrix's gradient
+    projection_of(matrix.double(), tau.double().requires_grad_())  # float64
+    assert applied == []
+    monkeypatch.setattr(fused_features, "_CHECKED_INVERSE_TAU", {})
+    monkeypatch.setattr(fused_features, "_launch", lambda *args, **options: (_ for _ in ()).throw(
+        RuntimeError("no kernel here")))
+    with caplog.at_level("WARNING"):
+        out = projection_of(matrix, tau.clone().requires_grad_())
+    assert "temperature does not run here" in caplog.text and "no kernel here" in caplog.text
+    # the first check's call (its own small input), then the torch form
+    assert applied == [(3, 40, 16)] and torch.allclose(out, results[0][0])
 
 
 class CudaTensor:
@@ -1058,7 +1126,7 @@ def test_fused_beam_search_with_local_heads_finds_the_eager_hypotheses(trained_l
 
 
 def test_the_kernels_compile_for_an_h100(tmp_path):
-    """Triton's compiler builds every branch of both kernels for compute capability 9.0 (H100), down
+    """Triton's compiler builds every branch of the kernels for compute capability 9.0 (H100), down
     to its binary, with no GPU: what the interpreter cannot check (types, layouts, tl.dot's shapes).
     In a process without the interpreter (it changes how Triton defines its language)."""
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rfa_doc_mt", "modules",
@@ -1074,4 +1142,4 @@ def test_the_kernels_compile_for_an_h100(tmp_path):
     import json
 
     sizes = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(sizes) == 12 and all(size > 0 for size in sizes.values()), sizes
+    assert len(sizes) == 14 and all(size > 0 for size in sizes.values()), sizes

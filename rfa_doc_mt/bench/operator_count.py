@@ -15,9 +15,9 @@ randomly initialised, paper sizes; ``--tiny``: the ``*_tiny`` ones) the same bat
 GPU takes (its features and its cross attention's read with every head in one product, where a CPU
 takes one head at a time; with ``--fused-features`` its features through their Triton kernels,
 :mod:`..modules.random_feature_attention.fused_features`, each launch counted as one operator and
-not run, so that no GPU or Triton is needed; the floored readout's kernels likewise). The JSON
-holds the machine, the commit, the settings, each count with its ten commonest operators, and
-RFA / transformer per L.
+not run, so that no GPU or Triton is needed; the floored readout's and the learned temperature's
+kernels likewise). The JSON holds the machine, the commit, the settings, each count with its ten
+commonest operators, and RFA / transformer per L.
 """
 
 import argparse
@@ -69,20 +69,21 @@ def gpu_forms(launches: Optional[Counter[str]] = None) -> Iterator[None]:
         launches[f"triton:{kernel.__name__}"] += 1
 
     saved = (features.PER_HEAD_FEATURES, layers.PER_HEAD_KEYS_READ, features.FUSED_FEATURE_DEVICES,
-             fused_features.fused_features_work, fused_features.fused_normalise_work, fused_features._launch,
-             fused_features._kernels)
+             fused_features.fused_features_work, fused_features.fused_normalise_work,
+             fused_features.fused_inverse_tau_work, fused_features._launch, fused_features._kernels)
     features.PER_HEAD_FEATURES, layers.PER_HEAD_KEYS_READ = frozenset(), frozenset()
     if launches is not None:
         features.FUSED_FEATURE_DEVICES = frozenset(features.FUSED_FEATURE_DEVICES | {"cpu"})
-        fused_features.fused_features_work = fused_features.fused_normalise_work = lambda device: True
+        fused_features.fused_features_work = fused_features.fused_normalise_work = \
+            fused_features.fused_inverse_tau_work = lambda device: True
         fused_features._launch = launch
         fused_features._kernels = lambda device: _KernelNames()
     try:
         yield
     finally:
         (features.PER_HEAD_FEATURES, layers.PER_HEAD_KEYS_READ, features.FUSED_FEATURE_DEVICES,
-         fused_features.fused_features_work, fused_features.fused_normalise_work, fused_features._launch,
-         fused_features._kernels) = saved
+         fused_features.fused_features_work, fused_features.fused_normalise_work,
+         fused_features.fused_inverse_tau_work, fused_features._launch, fused_features._kernels) = saved
 
 
 class _KernelNames:

@@ -133,10 +133,17 @@ def l2_normalise(x: Tensor) -> Tensor:
 
 
 def projection_of(random_matrix: Tensor, tau: Optional[Tensor]) -> Tensor:
-    """W / τ: [heads, D, head_dim]."""
+    """W / τ: [heads, D, head_dim]. In training, on the devices of :data:`FUSED_FEATURE_DEVICES`,
+    through one Triton kernel each way (:func:`.fused_features.fused_inverse_tau`) where they run."""
     if tau is None:
         return random_matrix
     if torch.is_grad_enabled() and (tau.requires_grad or random_matrix.requires_grad):
+        if tau.device.type in FUSED_FEATURE_DEVICES and not random_matrix.requires_grad \
+                and tau.dtype == random_matrix.dtype == torch.float32:
+            from .fused_features import fused_inverse_tau, fused_inverse_tau_work
+
+            if fused_inverse_tau_work(tau.device):
+                return fused_inverse_tau(random_matrix, tau)
         return _InverseTauScaled.apply(random_matrix, tau)
     return random_matrix / tau.clamp_min(MIN_TAU).view(-1, 1, 1)
 
@@ -179,8 +186,8 @@ def _project(x: Tensor, projection: Tensor) -> Tensor:
 PER_HEAD_FEATURES = {"cpu"}
 # the device types on which the training form's Fourier features of a [lead, heads, time,
 # head_dim] input take the fused Triton kernels (:mod:`.fused_features`: three kernels where
-# torch's operators take about seventeen) when Triton is installed; the tests add the CPU under
-# Triton's interpreter
+# torch's operators take about seventeen), and its floored readout and learned temperature theirs,
+# when Triton is installed; the tests add the CPU under Triton's interpreter
 FUSED_FEATURE_DEVICES = {"cuda"}
 
 

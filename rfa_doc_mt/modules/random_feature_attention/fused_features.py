@@ -13,11 +13,14 @@ floored at :data:`.features.UNIT_NORM_FLOOR`, fp32 products, the backward of
 
 The floored readout ``numerator / max(mass, floor)`` of every training form (:func:`.state.normalised`)
 takes three operators forward and seven backward in torch (:class:`.state._Normalised`), twelve
-times a step; fused, one each way.
+times a step; fused, one each way. So does a learned temperature's projection ``W / max(τ, floor)``
+(:func:`.features.projection_of`, :class:`.features._InverseTauScaled`: three and five), once
+per attention and step.
 
 Which path runs: :func:`.features.random_fourier_features` takes the fused features for inputs of
-one leading dimension, and :func:`.state.normalised` the fused readout for fp32 inputs of three or
-more dimensions that need a gradient, on the device types of
+one leading dimension, :func:`.state.normalised` the fused readout for fp32 inputs of three or
+more dimensions that need a gradient, and :func:`.features.projection_of` the fused projection
+for an fp32 τ that needs a gradient and a random matrix that does not, on the device types of
 :data:`.features.FUSED_FEATURE_DEVICES` (CUDA; the tests add the CPU under Triton's interpreter)
 when Triton is installed. The first use of each in a process checks its kernels on a small input;
 if they fail (a Triton that cannot compile them), the torch form is taken from then on, with a
@@ -30,7 +33,7 @@ import math
 import torch
 from torch import Tensor
 
-from .features import UNIT_NORM_FLOOR
+from .features import MIN_TAU, UNIT_NORM_FLOOR
 from .fused import _block, _kernels, _launch, triton_available
 from .state import NORMALISER_FLOOR
 
@@ -41,9 +44,14 @@ ROWS_BLOCK = 32
 PROJECTIONS_BLOCK = 64
 # rows of one program of the normalisation's kernels (tiles of 32 x the head's values)
 NORMALISE_ROWS_BLOCK = 32
-# whether the kernels passed their check in this process, per device type: the features', the readout's
+# entries of a head's W of one program of the temperature's forward kernel, and of each step of its
+# backward's loop (one program a head)
+INVERSE_TAU_BLOCK = 1024
+# whether the kernels passed their check in this process, per device type: the features', the
+# readout's, the temperature's
 _CHECKED = {}
 _CHECKED_NORMALISE = {}
+_CHECKED_INVERSE_TAU = {}
 
 
 class _FusedFourierFeatures(torch.autograd.Function):
@@ -218,4 +226,64 @@ def _check_normalise(device: torch.device) -> bool:
     agree = torch.allclose(fused, plain, atol=1e-4) and torch.allclose(grad, expected, rtol=1e-3, atol=1e-3)
     if not agree:
         logger.warning("RFA's fused training readout differs from the torch form here; the torch form is taken")
+    return agree
+
+
+class _FusedInverseTau(torch.autograd.Function):
+    """:class:`.features._InverseTauScaled` in one kernel each way, for a random matrix that needs
+    no gradient: W [heads, D, head_dim] fp32, τ [heads] fp32 → W / max(τ, MIN_TAU)."""
+
+    @staticmethod
+    def forward(ctx, random_matrix: Tensor, tau: Tensor) -> Tensor:
+        heads = random_matrix.size(0)
+        matrix = random_matrix.contiguous()
+        size = matrix[0].numel()
+        projection = torch.empty_like(matrix)
+        _launch(_kernels(matrix.device).inverse_tau_kernel, (_cdiv(size, INVERSE_TAU_BLOCK), heads),
+                matrix, tau, projection, MIN_TAU, SIZE=size, BLOCK=INVERSE_TAU_BLOCK)
+        ctx.save_for_backward(projection, tau)
+        return projection
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        projection, tau = ctx.saved_tensors
+        grad_tau = torch.empty_like(tau)
+        _launch(_kernels(grad.device).inverse_tau_backward_kernel, (projection.size(0),),
+                grad.contiguous(), projection, tau, grad_tau, MIN_TAU, SIZE=projection[0].numel(),
+                BLOCK=INVERSE_TAU_BLOCK)
+        return None, grad_tau
+
+
+def fused_inverse_tau(random_matrix: Tensor, tau: Tensor) -> Tensor:
+    """:func:`.features.projection_of` of a random matrix that needs no gradient and an fp32 τ,
+    through the fused kernels."""
+    return _FusedInverseTau.apply(random_matrix, tau)
+
+
+def fused_inverse_tau_work(device: torch.device) -> bool:
+    """As :func:`fused_features_work`, for the temperature's kernels."""
+    return _works(device, _CHECKED_INVERSE_TAU, _check_inverse_tau)
+
+
+def _check_inverse_tau(device: torch.device) -> bool:
+    from .features import _InverseTauScaled
+
+    generator = torch.Generator().manual_seed(0)
+    matrix = torch.randn(3, 40, 16, generator=generator).to(device)
+    tau = torch.tensor([0.7, MIN_TAU / 2, 1.3]).to(device).requires_grad_()  # one held at its floor
+    weights = torch.randn(3, 40, 16, generator=generator).to(device)
+    try:
+        fused = fused_inverse_tau(matrix, tau)
+        (grad,) = torch.autograd.grad((fused * weights).sum(), tau)
+        plain = _InverseTauScaled.apply(matrix, tau)
+        (expected,) = torch.autograd.grad((plain * weights).sum(), tau)
+    except Exception as error:  # a Triton that cannot compile or run them
+        logger.warning("RFA's fused training temperature does not run here (%s: %s); the torch form is taken",
+                       type(error).__name__, str(error)[:200])
+        return False
+    # one division; a sum of 640 products of |w|/τ ≤ 7 by |g| ≤ 5 (grads of order 30): far within both
+    agree = torch.allclose(fused, plain, rtol=1e-5, atol=1e-5) and torch.allclose(grad, expected, rtol=1e-3, atol=1e-2)
+    if not agree:
+        logger.warning("RFA's fused training temperature differs from the torch form here; the torch form is taken")
     return agree

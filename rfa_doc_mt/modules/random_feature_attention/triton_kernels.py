@@ -460,6 +460,35 @@ def normalise_backward_kernel(grad, x, grad_x, time, columns, grad_lead, grad_ro
     tl.store(grad_x + out_mass_at, grad_mass, mask=row_mask)
 
 
+@triton.jit
+def inverse_tau_kernel(matrix, tau, out, min_tau, SIZE: tl.constexpr, BLOCK: tl.constexpr):
+    """A learned temperature's projection in training (:class:`.features._InverseTauScaled`):
+    program (block, head). matrix [heads, SIZE] fp32 (each head's W, contiguous), tau [heads] →
+    out [heads, SIZE] = W / max(τ, min_tau). (SIZE is a constexpr: a model has two, the causal and
+    the cross attention's.)"""
+    head = tl.program_id(1)
+    at = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = at < SIZE
+    floored = tl.maximum(tl.load(tau + head), min_tau)
+    tl.store(out + head * SIZE + at, tl.load(matrix + head * SIZE + at, mask=mask, other=0.0) / floored, mask=mask)
+
+
+@triton.jit
+def inverse_tau_backward_kernel(grad, projection, tau, grad_tau, min_tau, SIZE: tl.constexpr, BLOCK: tl.constexpr):
+    """τ's gradient of :func:`inverse_tau_kernel`: program (head,), ``-Σ g · (W/τ) / max(τ, min_tau)``
+    over the head's SIZE entries, 0 where the floor holds τ (grad, projection [heads, SIZE])."""
+    head = tl.program_id(0)
+    total = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, SIZE, BLOCK):
+        at = start + tl.arange(0, BLOCK)
+        mask = at < SIZE
+        total += tl.load(grad + head * SIZE + at, mask=mask, other=0.0) * \
+            tl.load(projection + head * SIZE + at, mask=mask, other=0.0)
+    value = tl.load(tau + head)
+    floored = tl.maximum(value, min_tau)
+    tl.store(grad_tau + head, tl.where(value < min_tau, 0.0, -tl.sum(total, axis=0) / floored))
+
+
 def compile_kernels(capability: int = 90, warp_size: int = 32) -> dict:
     """Compile the kernels for an NVIDIA GPU of compute ``capability`` (90: H100) with Triton's own
     compiler, down to the GPU's binary (cubin); no GPU or driver is needed. Every constexpr branch
@@ -472,7 +501,7 @@ def compile_kernels(capability: int = 90, warp_size: int = 32) -> dict:
     from triton.compiler import ASTSource
 
     target = GPUTarget("cuda", capability, warp_size)
-    floats = ("scale", "unit_floor", "normaliser_floor")
+    floats = ("scale", "unit_floor", "normaliser_floor", "min_tau")
     integers = {"rows": "*i64", "order": "*i64", "first": "*i64", "length": "*i64", "last": "*i64",
                 "length_in": "*i32", "length_out": "*i32", "sentence_in": "*i32", "sentence_out": "*i32",
                 "starts": "*u8", "real": "*u8"}
@@ -499,6 +528,9 @@ def compile_kernels(capability: int = 90, warp_size: int = 32) -> dict:
         "training normalisation": (normalise_kernel, dict(BLOCK_ROWS=32, BLOCK_COLUMNS=64), "*fp32"),
         "training normalisation's backward": (normalise_backward_kernel, dict(BLOCK_ROWS=32, BLOCK_COLUMNS=64),
                                               "*fp32"),
+        "training temperature, 256 cross projections": (inverse_tau_kernel, dict(SIZE=256 * 64, BLOCK=1024), "*fp32"),
+        "training temperature's backward, 256 cross projections": (inverse_tau_backward_kernel, dict(
+            SIZE=256 * 64, BLOCK=1024), "*fp32"),
         "causal local, gathered keys, padding, loop to each row's length, bf16": (local_causal_step_kernel, dict(
             HAS_CACHE=True, HAS_ROWS=True, HAS_REAL=True, DYNAMIC=True, KEY_SPAN=0, **local_sizes), "*bf16"),
         "causal local, nothing before, loop to a constexpr, fp32": (local_causal_step_kernel, dict(
@@ -524,7 +556,8 @@ def compile_kernels(capability: int = 90, warp_size: int = 32) -> dict:
                               "values_out", "x"):
                 signature[argument] = io_type
             elif argument in ("weight", "offset", "state", "state_in", "state_out", "forget", "key_weight",
-                              "features", "units", "norms", "grad", "angle_grad", "grad_x"):
+                              "features", "units", "norms", "grad", "angle_grad", "grad_x", "matrix", "tau",
+                              "projection", "grad_tau"):
                 signature[argument] = "*fp32"
             else:
                 signature[argument] = "fp32" if argument in floats else "i32"
