@@ -5,8 +5,9 @@
 
 For every window size L and both models (``doc_transformer``, ungated ``rfa_doc_transformer``,
 randomly initialised; ``--rfa-gates`` measures RFA with the causal gates it lists instead,
-``rfa-<gate>``; ``--rfa-features auto,torch`` each also with its training features and floored
-readout in torch's operators where a GPU with Triton would fuse them, ``rfa-torch-features``), one
+``rfa-<gate>``; ``--rfa-features auto,torch`` each also with its training features, floored
+readout and learned temperature in torch's operators where a GPU with Triton would fuse them,
+``rfa-torch-features``), one
 batch of random windows of L sentences of ``--sentence-length`` tokens, as many windows as make
 ``--tokens`` tokens (the same number of tokens at every L), and a training step on it: forward,
 label-smoothed cross-entropy, backward (no optimiser update, which costs the same for both).
@@ -62,7 +63,7 @@ def measure(args) -> Dict:
 
     torch.set_num_threads(args.threads)
     cuda = args.device.startswith("cuda")
-    if args.rfa_features == "torch":  # the training features and readout in torch's operators on every device
+    if args.rfa_features == "torch":  # the training features, readout and temperature in torch's operators
         from ..modules.random_feature_attention import features
 
         features.FUSED_FEATURE_DEVICES = frozenset()
@@ -194,8 +195,8 @@ def main(argv=None) -> int:
                               "launched and the N that take most of it; on a CPU the N costliest operators")
         sub.add_argument("--tiny", action="store_true",
                          help="the *_tiny architectures: a fast check of the code paths, not a measurement")
-        features_help = ("auto: RFA's training features and readout through their Triton kernels where they run "
-                         "(CUDA, with Triton); torch: in torch's operators everywhere")
+        features_help = ("auto: RFA's training features, readout and temperature through their Triton kernels "
+                         "where they run (CUDA, with Triton); torch: in torch's operators everywhere")
         if name == "run":
             sub.add_argument("--rfa-features", type=_features, default=["auto"],
                              help=f"comma-separated, each RFA measured with each: {features_help} (default auto)")
