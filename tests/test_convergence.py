@@ -18,6 +18,7 @@ from rfa_doc_mt.reproduce.convergence import (
     replayable_rules,
     run_convergence,
     stopping_rules,
+    stopping_rules_note,
     validation_bleu_curve,
 )
 from rfa_doc_mt.reproduce.papers import (
@@ -212,10 +213,24 @@ def test_the_rules_table_counts_lost_bleu_and_premature_stops():
     assert impatient["largest_bleu_lost"] == pytest.approx(30.0)  # b keeps 50.0 of 80.0
     assert patient["stopped_before_best"] == 0 and patient["mean_bleu_lost"] == 0.0
     assert patient["mean_past_selected"] == pytest.approx((300 + 200) / 2)  # a: 900 - 600, b: 500 - 300
+    assert impatient["stopped_before_end"] == 2 and patient["stopped_before_end"] == 1  # b's ends at 500
     # only rules whose window without a gain fits in the recorded one can be replayed
     assert all(every * patience <= 5 for every, patience in replayable_rules(Convergence(100, 5, 2000)))
     assert (1, 5) in replayable_rules(Convergence(100, 5, 2000)) and (2, 3) not in replayable_rules(
         Convergence(100, 5, 2000))
+
+
+def test_the_rules_note_leaves_out_the_patiences_past_the_first_that_stops_no_run():
+    """With a patience far beyond the curves (a run trained to its cap), each interval's rows end at
+    the first patience that stops no run; a shorter one that stops a run is kept."""
+    rising = [(100 * i, float(i)) for i in range(1, 11)]  # a gain at every point
+    dip = [(100, 5.0), (200, 4.0), (300, 4.5), (400, 6.0), (500, 7.0)]  # two points without a gain
+    text, table = stopping_rules_note({"a": rising, "b": dip}, Convergence(100, 20, 1000))
+    assert len(table) == 20 + 10 + 5  # the JSON keeps every rule
+    lines = [line for line in text.splitlines() if line.startswith("| 100 |")]
+    # patience 1 and 2 stop b, 3 stops neither: the last row of that interval
+    assert [line.split(" | ")[1] for line in lines] == ["1", "2", "3"]
+    assert "left out" in text
 
 
 def test_table1_at_convergence_trains_the_chosen_settings_with_every_seed(tmp_path):

@@ -127,11 +127,11 @@ def stopping_rules(curves: Dict[str, Sequence[Tuple[int, float]]], interval: int
                    rules: Sequence[Tuple[int, int]], min_gain: float = 0.0) -> List[dict]:
     """Each rule (validate every ``every`` recorded points, ``patience``) replayed on every curve
     (recorded every ``interval`` updates): mean updates trained, mean updates trained past the
-    selected checkpoint, the mean and largest validation s-BLEU lost against the curve's best, and
-    how many runs it stops before the curve's best."""
+    selected checkpoint, the mean and largest validation s-BLEU lost against the curve's best, how
+    many runs it stops before the curve's best, and how many before the curve's end."""
     table = []
     for every, patience in rules:
-        stops, overshoots, losses, premature = [], [], [], 0
+        stops, overshoots, losses, premature, stopped = [], [], [], 0, 0
         for curve in curves.values():
             if not curve:
                 continue
@@ -142,12 +142,27 @@ def stopping_rules(curves: Dict[str, Sequence[Tuple[int, float]]], interval: int
             overshoots.append(stop - selected)
             losses.append(best - score)
             premature += stop < best_update
+            stopped += stop < curve[-1][0]
         if stops:
             table.append({"interval": every * interval, "patience": patience, "runs": len(stops),
                           "mean_updates": sum(stops) / len(stops), "mean_past_selected": sum(overshoots) / len(stops),
                           "mean_bleu_lost": sum(losses) / len(stops), "largest_bleu_lost": max(losses),
-                          "stopped_before_best": premature})
+                          "stopped_before_best": premature, "stopped_before_end": stopped})
     return table
+
+
+def _up_to_the_first_that_stops_none(table: List[dict]) -> List[dict]:
+    """The rows of :func:`stopping_rules` to print: at each interval, its patiences up to the first
+    that stops no run before the end of its curve (a longer patience stops no earlier: the count of
+    validations without a gain does not depend on it, only where it stops)."""
+    rows, done = [], set()
+    for row in table:
+        if row["interval"] in done:
+            continue
+        rows.append(row)
+        if not row["stopped_before_end"]:
+            done.add(row["interval"])
+    return rows
 
 
 def replayable_rules(convergence) -> List[Tuple[int, int]]:
@@ -163,14 +178,17 @@ def stopping_rules_note(curves: Dict[str, Sequence[Tuple[int, float]]], converge
     from .tables import fmt, markdown
 
     table = stopping_rules(curves, convergence.interval, replayable_rules(convergence), convergence.min_gain)
+    shown = _up_to_the_first_that_stops_none(table)
     rows = [[str(r["interval"]), str(r["patience"]) + (" (run)" if (r["interval"], r["patience"]) == (
         convergence.interval, convergence.patience) else ""), fmt(r["mean_updates"], 0),
              fmt(r["mean_past_selected"], 0), fmt(r["mean_bleu_lost"]), fmt(r["largest_bleu_lost"]),
-             f"{r['stopped_before_best']}/{r['runs']}"] for r in table]
+             f"{r['stopped_before_best']}/{r['runs']}"] for r in shown]
     gain = f" (a gain: more than {convergence.min_gain:g}, as the runs counted it)" if convergence.min_gain else ""
+    omitted = (" Each interval's longer patiences, which stop no run before the end of its curve either, are left "
+               "out." if len(shown) < len(table) else "")
     text = ("Other stopping rules replayed on these runs' recorded validation curves (every run's curve; a rule "
             f"validates at every k-th recorded point and stops after its patience{gain}; BLEU lost: the run's best "
-            "validation s-BLEU minus the one the rule would keep):\n\n" +
+            f"validation s-BLEU minus the one the rule would keep).{omitted}\n\n" +
             markdown(["interval", "patience", "mean updates", "mean updates past the kept one", "mean BLEU lost",
                       "largest BLEU lost", "runs stopped before their best"], rows))
     return text, table
