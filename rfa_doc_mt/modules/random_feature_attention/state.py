@@ -59,9 +59,11 @@ class _Normalised(torch.autograd.Function):
         return torch.cat([grad_numerator, grad_mass.masked_fill_(below, 0.0)], -1)
 
 
-def with_ones(v: Tensor) -> Tensor:
-    """[..., dv] → [..., dv + 1]: the extra column of ones accumulates z next to S."""
-    return torch.cat([v, v.new_ones(v.shape[:-1] + (1,))], dim=-1)
+def with_ones(v: Tensor, filled: int = 0) -> Tensor:
+    """[..., time, dv] → [..., time + filled, dv + 1]: the extra column of ones accumulates z next
+    to S; ``filled`` rows of ones after the last (for keys of zero, which add nothing whatever
+    their values), in the same operation."""
+    return torch.nn.functional.pad(v, (0, 1, 0, filled), value=1.0)
 
 
 def split_state(state: Tensor) -> Tuple[Tensor, Tensor]:

@@ -1,6 +1,7 @@
 """Training forms of RFA: linear in time and memory, differentiable (same signatures as
 :mod:`.reference`)."""
 
+import functools
 import math
 from typing import Dict, Optional, Tuple
 
@@ -17,6 +18,15 @@ PER_FEATURE_CHUNK_SIZE = 64
 # The largest decay, -log, inside one chunk for which the per-feature form takes GLA's one-product
 # chunk form: its factors e^{±B} then stay within e^{±60} (1e-26 to 1e26), far inside fp32's range
 FACTORED_DECAY_LIMIT = 60.0
+
+
+@functools.lru_cache(maxsize=64)
+def triangle(size: int, diagonal: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``[size, size]`` of ones on and below ``diagonal`` (``tril``), zeros above; made once per
+    shape, type and device and shared (never written to): each is two kernels a step otherwise.
+    Made outside inference mode, so that a first call under it leaves a tensor autograd can save."""
+    with torch.inference_mode(False):
+        return torch.ones(size, size, dtype=dtype, device=device).tril(diagonal)
 
 
 def chunked_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Optional[Tensor] = None,
@@ -48,13 +58,12 @@ def chunked_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Opti
                                               chunk_size=chunk_size, final_state=final_state)
     batch, heads, time, features = phi_q.shape
     phi_q, phi_k = phi_q.float(), phi_k.float()
-    values = with_ones(v.float())
-    columns = values.size(-1)
+    columns = v.size(-1) + 1
     if key_weight is not None:
         phi_k = phi_k * key_weight.float().unsqueeze(-1)
     if time == 0:
-        state = values.new_zeros(batch, heads, features, columns) if initial_state is None else initial_state.float()
-        return values[..., :-1], (state if final_state else None)
+        state = phi_q.new_zeros(batch, heads, features, columns) if initial_state is None else initial_state.float()
+        return v.float(), (state if final_state else None)
     chunk = max(1, min(chunk_size, time))
     chunks = -(-time // chunk)
     filled = chunks * chunk - time  # zero keys, queries and log gates after the last token
@@ -64,14 +73,16 @@ def chunked_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Opti
             x = torch.nn.functional.pad(x, (0, 0) * (x.dim() - 3) + (0, filled))
         return x.reshape(batch, heads, chunks, chunk, *x.shape[3:])
 
-    q, k, val = as_chunks(phi_q), as_chunks(phi_k), as_chunks(values)
+    # the values' filler rows meet only zero keys: with_ones fills them (with ones) in its own pad
+    q, k = as_chunks(phi_q), as_chunks(phi_k)
+    val = with_ones(v.float(), filled).view(batch, heads, chunks, chunk, columns)
     scores = q @ k.transpose(-1, -2)  # [batch, heads, chunks, chunk, chunk]
     needs_added = chunks > 1 or final_state
     if log_forget is None:
         out = scores.tril() @ val  # a key reaches the queries at and after it
         added = k.transpose(-1, -2) @ val if needs_added else None  # [batch, heads, chunks, F, dv + 1]
         if chunks > 1:  # the state each chunk starts from: what the chunks before it added
-            earlier = torch.ones(chunks, chunks, dtype=added.dtype, device=added.device).tril(-1)
+            earlier = triangle(chunks, -1, added.dtype, added.device)
             before = (earlier @ added.flatten(-2)).view(added.shape)
             if initial_state is not None:
                 before = before + initial_state.float().unsqueeze(2)
@@ -83,7 +94,7 @@ def chunked_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Opti
         if not final_state:
             return out, None
         return out, (added.sum(2) if initial_state is None else initial_state.float() + added.sum(2))
-    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+    causal = triangle(chunk, 0, torch.bool, q.device)
     cumulative = as_chunks(log_forget.float().unsqueeze(-1)).squeeze(-1).cumsum(-1)  # log Π f from each chunk's start
     log_decay = (cumulative.unsqueeze(-1) - cumulative.unsqueeze(-2)).masked_fill(~causal, float("-inf"))
     out = (scores * log_decay.exp()) @ val
@@ -95,7 +106,7 @@ def chunked_causal_rfa(phi_q: Tensor, phi_k: Tensor, v: Tensor, log_forget: Opti
         added = (k * (total.unsqueeze(-1) - cumulative).exp().unsqueeze(-1)).transpose(-1, -2) @ val
     read = q * cumulative.exp().unsqueeze(-1)  # a query reads the state its chunk starts from, decayed
     if chunks > 1:
-        earlier = torch.ones(chunks, chunks, dtype=torch.bool, device=q.device).tril(-1)
+        earlier = triangle(chunks, -1, torch.bool, q.device)
         between = (upto.unsqueeze(-1) - through.unsqueeze(-2)).masked_fill(~earlier, float("-inf")).exp()
         before = (between @ added.flatten(-2)).view(batch, heads, chunks, features, columns)
         if initial_state is not None:
@@ -198,7 +209,7 @@ def _within_chunks_factored(q: Tensor, k: Tensor, values: Tensor, cumulative: Te
     """:func:`_within_chunks_halving` as GLA's chunk form, one product per chunk:
     ``(q_t e^{B_t})·(k_i e^{-B_i})``, for chunks in which ``-B ≤`` :data:`FACTORED_DECAY_LIMIT`."""
     chunk = q.size(-2)
-    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+    causal = triangle(chunk, 0, torch.bool, q.device)
     scores = (q * cumulative.exp()) @ (k * (-cumulative).exp()).transpose(-1, -2)
     # the pairs i > t hold e^{B_t - B_i} ≥ 1 (≤ e^60, finite): dropped, never multiplied
     return scores.masked_fill(~causal, 0.0) @ values
