@@ -356,6 +356,35 @@ def test_status_tells_each_run_not_started_training_or_trained(tmp_path, capsys)
     assert "5 runs: 4 trained, 1 training or interrupted, 0 not started" in capsys.readouterr().out
 
 
+def test_status_gives_a_training_runs_pace_since_its_last_start(tmp_path):
+    """A run in training: when it last logged, its seconds an update between the progress lines of
+    its last start only (the hours it was stopped are not counted) and the hours to its last update."""
+    import datetime
+
+    from rfa_doc_mt.reproduce.running import run_status, training_pace
+
+    def stamp(minutes):
+        return (datetime.datetime(2026, 1, 1) + datetime.timedelta(minutes=minutes)).strftime("%Y-%m-%d %H:%M:%S")
+
+    def progress(minutes, updates):
+        return f"{stamp(minutes)} | INFO | train_inner | epoch 001:  10 / 400 loss=5.2, num_updates={updates}, lr=1\n"
+
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [f"{stamp(0)} | INFO | fairseq_cli.train | {{'common': {{}}, 'optimization': {{'max_update': 1000}}}}\n",
+             progress(1, 100), progress(2, 200),  # 60 s an update in the first start
+             f"{stamp(600)} | INFO | fairseq_cli.train | {{'optimization': {{'max_update': 1000}}}}\n",
+             progress(601, 250), progress(611, 400)]  # then 4 s an update, 600 updates left
+    (run / "train.log").write_text("".join(lines))
+    now = datetime.datetime.strptime(stamp(614), "%Y-%m-%d %H:%M:%S").timestamp()
+    assert training_pace(str(run), now=now) == (
+        "last logged 10:11 (3 min ago); 4.00 s an update since its last start: about 0.7 hours to update 1000")
+    assert run_status(str(run)).startswith("training: 400 updates; no validation yet; last logged 10:11")
+    with open(run / "train.log", "a") as handle:  # a new start: one progress line is no pace yet
+        handle.write(lines[3] + progress(700, 450))
+    assert training_pace(str(run)) is None and run_status(str(run)) == "training: 450 updates; no validation yet"
+
+
 def test_status_curves_give_every_validation_with_its_epochs(tmp_path, capsys):
     from rfa_doc_mt.reproduce.running import print_status, run_curve
 

@@ -245,7 +245,8 @@ def main(argv=None) -> int:
                              "what is left (commit DIR, or copy it away)")
     parser.add_argument("--status", action="store_true",
                         help="where a reproduction in --out stands: each run trained, training (or interrupted) or "
-                             "not started, with its updates and validation scores; trains nothing")
+                             "not started, with its updates and validation scores, and for a run in training when it "
+                             "last logged, its pace and the hours left to its last update; trains nothing")
     parser.add_argument("--curves", action="store_true",
                         help="with --status: each run's whole validation curve too, every point with its epochs")
     parser.add_argument("--list", action="store_true",

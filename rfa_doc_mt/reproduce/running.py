@@ -378,10 +378,54 @@ def validation_curve(run_dir: str) -> Tuple[List[Tuple[int, float]], str]:
     return (curve, "validation s-BLEU") if curve else (learning_curve(run_dir, "loss"), "validation loss")
 
 
+# a fairseq-train start in a run's train.log (its configuration, with max_update), a timed line, a progress line
+TRAIN_START = "| fairseq_cli.train | {"
+MAX_UPDATE = re.compile(r"'max_update': (\d+)")
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|")
+
+
+def training_pace(run_dir: str, now: Optional[float] = None) -> Optional[str]:
+    """Where a run in training stands in time, from its train.log: when it last logged, its pace
+    since it last started (seconds an update between its first and last progress lines since then,
+    validations and checkpoints included: a gap while it was stopped is not counted) and, with a
+    last update set, about how long until it. None before two progress lines of one start."""
+    import datetime
+
+    path = os.path.join(run_dir, "train.log")
+    if not os.path.isfile(path):
+        return None
+    points, last_stamp, max_update = [], None, None
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            stamp = STAMP.match(line)
+            if not stamp:
+                continue
+            when = datetime.datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S").timestamp()
+            last_stamp = when
+            if TRAIN_START in line:
+                points, found = [], MAX_UPDATE.search(line)
+                max_update = int(found.group(1)) if found else None
+            elif "| train_inner |" in line:
+                from .tables import UPDATES
+
+                found = UPDATES.findall(line)
+                if found:
+                    points.append((when, int(found[-1])))
+    if len(points) < 2 or points[-1][1] <= points[0][1]:
+        return None
+    pace = (points[-1][0] - points[0][0]) / (points[-1][1] - points[0][1])
+    ago = ((time.time() if now is None else now) - last_stamp) / 60
+    text = (f"last logged {time.strftime('%H:%M', time.localtime(last_stamp))} ({ago:.0f} min ago); "
+            f"{pace:.2f} s an update since its last start")
+    if max_update and max_update > points[-1][1]:
+        text += f": about {(max_update - points[-1][1]) * pace / 3600:.1f} hours to update {max_update}"
+    return text
+
+
 def run_status(run_dir: str, first_stage: bool = False) -> str:
-    """One run's state from its files: not started, training (updates so far and its validation
-    s-BLEU, or loss), or finished (where it stopped and why, whether its test split is scored; a
-    ``first_stage``, which another run is fine-tuned from, is not scored)."""
+    """One run's state from its files: not started, training (updates so far, its validation
+    s-BLEU, or loss, and :func:`training_pace`), or finished (where it stopped and why, whether its
+    test split is scored; a ``first_stage``, which another run is fine-tuned from, is not scored)."""
     from .convergence import stopped_early
     from .tables import trained_updates
 
@@ -396,7 +440,8 @@ def run_status(run_dir: str, first_stage: bool = False) -> str:
     else:
         figures = "no validation yet"
     if not os.path.isfile(os.path.join(run_dir, "train.done")):
-        return f"training: {updates or 0} updates; {figures}"
+        pace = training_pace(run_dir)
+        return f"training: {updates or 0} updates; {figures}" + (f"; {pace}" if pace else "")
     how = "stopped on its patience" if stopped_early(run_dir) else "stopped at its last update"
     scored = "a first stage, not scored" if first_stage else \
         "scored" if os.path.isfile(os.path.join(run_dir, "test.bleu.json")) else "not scored yet"
