@@ -313,9 +313,15 @@ def test_row_seeds_add_a_third_seed_to_the_rows_named_and_rows_train_part(capsys
     # --rows: part of an experiment, the rows' seeds with them
     part = experiment.rows(EMBEDDED, converged=True, only=["rfa_sgate_L15", "memory"])
     assert [row for row, _ in part] == ["rfa_sgate_L15", "rfa_sgate_L15_seed2", "memory"]
+    # ROW_seedN: that seed alone (seed 1 is the row's own id)
+    for only, expected in ((["rfa_sgate_L15_seed2", "memory"], ["rfa_sgate_L15_seed2", "memory"]),
+                           (["rfa_sgate_L15_seed1"], ["rfa_sgate_L15"])):
+        assert [row for row, _ in experiment.rows(EMBEDDED, converged=True, only=only)] == expected
     for argv, message in ((["context_length", "--rows", "rfa_sgate_L16"], "no row rfa_sgate_L16"),
                           (["all", "--rows", "memory"], "goes with one experiment"),
                           (["rfa_table1", "--rows", "rfa_L4"], "only with --converge"),
+                          (["context_length", "--rows", "rfa_sgate_L15_seed2"], "one seed of a row goes with"),
+                          (["context_length", "--converge", "--rows", "rfa_sgate_L15_seed3"], "trains fewer seeds"),
                           (["context_length", "--curves"], "--curves goes with --status")):
         with pytest.raises(SystemExit):
             main([*argv, "--out", "/nonexistent"])

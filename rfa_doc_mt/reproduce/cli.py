@@ -31,6 +31,7 @@ from .papers import (
     TABLE1_BUDGET,
     Experiment,
     System,
+    row_seed,
 )
 from .running import (
     config_context_size,
@@ -236,8 +237,9 @@ def main(argv=None) -> int:
                              "--list --converge); a row compared with the transformer needs the transformer's "
                              "seeds too")
     parser.add_argument("--rows", metavar="ROW[,ROW...]", type=lambda text: [r for r in text.split(",") if r],
-                        help="train and tabulate only these rows of the experiment (their seeds too; the rows: "
-                             "--list; Table 1: with --converge), e.g. to run part of a long experiment first")
+                        help="train and tabulate only these rows of the experiment (their seeds too; ROW_seedN: "
+                             "that seed alone, with --converge; the rows: --list; Table 1: with --converge), e.g. to "
+                             "run part of a long experiment first")
     parser.add_argument("--keep", metavar="DIR",
                         help="keep each finished run's files, checkpoints left out, in DIR/RUN.tar.xz (after timing "
                              "its decoding alone, the other runs paused), and restore into OUT the runs kept there "
@@ -298,9 +300,18 @@ def main(argv=None) -> int:
             parser.error("--rows goes with Table 1 only with --converge (its search chooses rows' settings from "
                          "other rows')")
         known = {row_id for row_id, _ in experiments[0].systems(args.corpus)}
-        unknown = sorted(set(args.rows) - known)
+        unknown = sorted(name for name in args.rows if row_seed(name)[0] not in known)
         if unknown:
             parser.error(f"--rows: no row {', '.join(unknown)} in {args.experiment} (its rows: {', '.join(known)})")
+        one_seed = [name for name in args.rows if row_seed(name)[0] != name]
+        if one_seed and not args.converge:
+            parser.error(f"--rows {one_seed[0]}: one seed of a row goes with --converge")
+        seeded = {row_id for row_id, _ in experiments[0].rows(args.corpus, converged=True,
+                                                               row_seeds=args.row_seeds)}
+        beyond = [name for name in one_seed if "{}_seed{}".format(*row_seed(name)) not in seeded
+                  and row_seed(name)[1] != 1]
+        if beyond:
+            parser.error(f"--rows {beyond[0]}: the row trains fewer seeds (give it more with --row-seeds)")
     if args.row_seeds:
         if any(e.searches for e in experiments):
             parser.error("--row-seeds: Table 1's seeds are its search's (--seeds)")

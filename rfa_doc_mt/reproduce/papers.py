@@ -252,11 +252,12 @@ class Experiment:
              ) -> List[Tuple[str, System]]:
         """The rows a run trains: every row, a smoke run's, or a convergence run's (with the seeds
         of its seeded rows, each a row of its own: ``ROW_seedN``; ``row_seeds``: row id → seeds,
-        in place of the experiment's own for those rows); ``only``: these rows alone (with their seeds)."""
+        in place of the experiment's own for those rows); ``only``: these rows alone (a row's id: with
+        its seeds; ``ROW_seedN``: that seed alone, N among the row's seeds)."""
         seeds = {**self.converged_seeds, **(row_seeds or {})}
         rows = self.systems(corpus)
         if only is not None:
-            rows = [row for row in rows if row[0] in only]
+            rows = [row for row in rows if row[0] in {row_seed(name)[0] for name in only}]
         if converged and self.converged_rows is not None:
             rows = [row for row in rows if row[0] in self.converged_rows]
         if smoke and self.smoke_rows:
@@ -268,6 +269,10 @@ class Experiment:
             seeded.append((row_id, system))
             seeded += [(f"{row_id}_seed{seed}", seeded_system(system, seed))
                        for seed in range(2, seeds.get(row_id, 1) + 1)]
+        if only is not None:
+            named = set(only)
+            seeded = [(row_id, system) for row_id, system in seeded
+                      if row_seed(row_id)[0] in named or "{}_seed{}".format(*row_seed(row_id)) in named]
         return seeded
 
     def systems(self, corpus: str) -> List[Tuple[str, System]]:

@@ -16,7 +16,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 from ..data.io import DataError, atomic_write
 from ..training_state import trains_further
 from .papers import EMBEDDED, EMBEDDED_CORPORA, ROOT, SHARED_WIT3, System
-from .tables import read_json
+from .tables import UPDATES, read_json
 
 
 def log(message: str) -> None:
@@ -406,8 +406,6 @@ def training_pace(run_dir: str, now: Optional[float] = None) -> Optional[str]:
                 points, found = [], MAX_UPDATE.search(line)
                 max_update = int(found.group(1)) if found else None
             elif "| train_inner |" in line:
-                from .tables import UPDATES
-
                 found = UPDATES.findall(line)
                 if found:
                     points.append((when, int(found[-1])))
