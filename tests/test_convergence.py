@@ -322,6 +322,7 @@ def test_row_seeds_add_a_third_seed_to_the_rows_named_and_rows_train_part(capsys
                           (["rfa_table1", "--rows", "rfa_L4"], "only with --converge"),
                           (["context_length", "--rows", "rfa_sgate_L15_seed2"], "one seed of a row goes with"),
                           (["context_length", "--converge", "--rows", "rfa_sgate_L15_seed3"], "trains fewer seeds"),
+                          (["rfa_table1", "--converge", "--rows", "rfa_L4_seed2"], "seeds are its search's"),
                           (["context_length", "--curves"], "--curves goes with --status")):
         with pytest.raises(SystemExit):
             main([*argv, "--out", "/nonexistent"])

@@ -306,6 +306,8 @@ def main(argv=None) -> int:
         one_seed = [name for name in args.rows if row_seed(name)[0] != name]
         if one_seed and not args.converge:
             parser.error(f"--rows {one_seed[0]}: one seed of a row goes with --converge")
+        if one_seed and any(e.searches for e in experiments):
+            parser.error(f"--rows {one_seed[0]}: Table 1's seeds are its search's (--seeds), each row with all of them")
         seeded = {row_id for row_id, _ in experiments[0].rows(args.corpus, converged=True,
                                                                row_seeds=args.row_seeds)}
         beyond = [name for name in one_seed if "{}_seed{}".format(*row_seed(name)) not in seeded
