@@ -221,7 +221,8 @@ def verdicts_note(json_rows: Sequence[dict], found: Dict[str, dict]) -> str:
 
 def bible_plot(json_rows: Sequence[dict], path: str) -> str:
     """One panel per measure (s-BLEU, d-BLEU, pronoun accuracy): each system's seeds as dots and
-    their mean as a bar, the systems in the table's order."""
+    their mean as a horizontal line, the systems in the table's order. The axis starts near the
+    lowest value, not at zero, so no bar is drawn: its height would overstate the differences."""
     from ..provenance import pyplot, save_figure
 
     plt = pyplot()
@@ -233,7 +234,7 @@ def bible_plot(json_rows: Sequence[dict], path: str) -> str:
             if not values:
                 continue
             colour = "C0" if row["system"] == BIBLE_FAMILIES["transformer"] else f"C{1 + index % 9}"
-            axis.bar(index, sum(values) / len(values), color=colour, alpha=0.35, width=0.7)
+            axis.hlines(sum(values) / len(values), index - 0.3, index + 0.3, color=colour, linewidth=2)
             axis.scatter([index] * len(values), values, color=colour, s=12, zorder=3)
         if measure == "pooled_consistency":
             axis.axhline(50, color="grey", linewidth=0.8, linestyle="--")
@@ -244,7 +245,7 @@ def bible_plot(json_rows: Sequence[dict], path: str) -> str:
             low, high = min(values), max(values)
             margin = max(0.5, 0.15 * (high - low))
             axis.set_ylim(low - margin, high + margin)
-    figure.suptitle("The Bible en-es: each seed (dots) and the mean (bars)", fontsize=10)
+    figure.suptitle("The Bible en-es: each seed (dots) and the mean (line)", fontsize=10)
     figure.tight_layout()
     save_figure(figure, path)
     return path
