@@ -57,3 +57,32 @@ def test_the_table_gives_each_checkpoints_difference_from_the_first():
     lines = position_loss.format_table(results).splitlines()
     assert lines[0] == "| place in window | tokens | bits/token: a | bits/token: b | Δ b |"
     assert lines[2:] == ["| 1 | 10 | 2.000 | 2.500 | +0.500 |", "| 2 | 8 | 3.000 | 2.750 | -0.250 |"]
+
+
+def test_bank_matrices_are_named_by_indices_and_ranges():
+    assert position_loss.bank_indices("5") == [5]
+    assert position_loss.bank_indices("0,3,7-9") == [0, 3, 7, 8, 9]
+    assert position_loss.bank_indices("0-15") == list(range(16))
+    for bad in ("3-1", "a", "1,1", "2-", "-2", ""):
+        with pytest.raises(ValueError):
+            position_loss.bank_indices(bad)
+
+
+def test_the_evaluation_matrix_named_as_a_bank_index_changes_nothing_and_another_does():
+    dictionary, separator = toy_dictionary(20)
+    windows = Windows(separator)
+    pad = dictionary.pad()
+
+    def read(indices, attention="both"):
+        model = build_model("rfa_doc_transformer_tiny", dictionary_task(dictionary, separator), seed=1).eval()
+        changed = position_loss.use_bank_matrices(model, indices, attention) if indices is not None else 0
+        return changed, position_loss.window_loss(model, windows, separator, pad)
+
+    _, own = read(None)
+    changed, first = read([0])
+    assert changed == 2 * 2 and first == own  # two decoder layers, causal and cross: bank 0 is the same matrix
+    assert read([0], "causal")[0] == 2
+    _, other = read([4], "cross")
+    assert any(abs(other[place]["bits"] - own[place]["bits"]) > 1e-4 for place in own)
+    transformer = build_model("doc_transformer_tiny", dictionary_task(dictionary, separator), seed=1)
+    assert position_loss.use_bank_matrices(transformer, [3]) == 0

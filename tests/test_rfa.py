@@ -1233,6 +1233,63 @@ def test_random_matrices_are_seeded_drawn_per_update_and_fixed_in_eval():
     assert torch.equal(a(), a()) and torch.equal(a(), a.eval_matrix)
 
 
+def test_evaluation_can_use_other_matrices_of_the_bank_and_training_still_draws():
+    matrices = RandomMatrices(2, 8, 4, seed=9).eval()
+    assert torch.equal(matrices.bank[0], matrices.eval_matrix)  # the evaluation matrix is the bank's first
+    assert matrices.evaluate_with([3]) == 8 and torch.equal(matrices(), matrices.bank[3])
+    assert matrices.evaluate_with([1, 2]) == 16
+    stacked = matrices()
+    assert stacked.shape == (2, 16, 4)
+    assert torch.equal(stacked[:, :8], matrices.bank[1]) and torch.equal(stacked[:, 8:], matrices.bank[2])
+    matrices.train()
+    matrices.set_num_updates(0)
+    assert matrices().shape == (2, 8, 4)  # training draws one matrix of the bank, as before
+    matrices.eval()
+    assert matrices.evaluate_with(None) == 8 and torch.equal(matrices(), matrices.eval_matrix)
+    assert "eval_matrix" in matrices.state_dict() and matrices.state_dict()["eval_matrix"].shape == (2, 8, 4)
+    for bad in ([16], [-1], []):
+        with pytest.raises(ValueError, match="bank indices"):
+            matrices.evaluate_with(bad)
+
+
+def test_stacked_matrices_average_the_kernel_estimates_of_each():
+    """K matrices stacked give K·D features: the kernel estimate is the mean of the K estimates."""
+    matrices = RandomMatrices(2, 8, 4, seed=3).eval()
+    generator = torch.Generator().manual_seed(5)
+    q, k = torch.randn(2, 5, 4, generator=generator), torch.randn(2, 6, 4, generator=generator)
+    each = []
+    for index in range(4):
+        matrices.evaluate_with([index])
+        each.append(random_fourier_features(q, matrices()) @ random_fourier_features(k, matrices()).transpose(-1, -2))
+    matrices.evaluate_with([0, 1, 2, 3])
+    stacked = random_fourier_features(q, matrices()) @ random_fourier_features(k, matrices()).transpose(-1, -2)
+    # a sum of 2·32 products of features of size up to 1 (the features: sines of 4-term products)
+    assert_fp32_close(stacked, torch.stack(each).mean(0), terms=2 * 32 + 4, magnitude=1.0, name="stacked kernel")
+    assert (each[0] - each[1]).abs().max() > 1e-3  # the matrices' estimates differ: the mean is a test
+
+
+def test_a_decoder_evaluated_with_stacked_matrices_decodes_what_it_reads():
+    from rfa_doc_mt.scoring.position_loss import use_bank_matrices
+
+    model, _ = tiny_model("sgate", extra=["--rfa-gate-bias-init", "0.5"])
+    model.eval()
+    generator = torch.Generator().manual_seed(8)
+    src = model_windows(2, 13, 3, generator)
+    target = model_windows(2, 15, 3, generator)
+    prev = torch.cat([torch.full((2, 1), EOS), target[:, :-1]], 1)
+    with torch.no_grad():
+        encoder_out = model.encoder(src, src.ne(PAD).sum(1))
+        own, _ = model.decoder(prev, encoder_out)
+        assert use_bank_matrices(model, [0, 5, 9]) == 2 * len(model.decoder.layers)
+        full, _ = model.decoder(prev, encoder_out)
+        state, steps = {}, []
+        for t in range(15):
+            steps.append(model.decoder(prev[:, :t + 1], encoder_out, incremental_state=state)[0])
+    assert (full - own).abs().max() > 1e-3  # the other matrices are used
+    terms = rfa_model_terms(model, source=13, target=15)  # the cross attention's features are now 3x
+    assert_fp32_close(torch.cat(steps, 1), full, terms, name="decoder logits with stacked matrices")
+
+
 # ---------------------------------------------------------------------------------------
 # decoder level
 

@@ -55,7 +55,7 @@ def rfa_cross_weights(module, query: Tensor, key: Tensor, key_padding_mask: Opti
     q = module.q_proj(query).view(target, batch, module.num_heads, module.head_dim).permute(1, 2, 0, 3).float()
     k_all, _ = module._source_heads(key)
     k, _, key_weight = module._rfa_source(k_all, k_all, key, key_padding_mask, module.handed_or_none("sentence_starts"))
-    matrix = module.random_matrices.eval_matrix
+    matrix = module.random_matrices.evaluation_matrix
     phi_q, phi_k = module.features_of(q[:, local:], matrix), module.features_of(k.float(), matrix)
     weights = phi_q @ phi_k.transpose(-1, -2)
     if key_weight is not None:

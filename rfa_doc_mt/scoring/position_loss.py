@@ -14,7 +14,14 @@ the window (a sentence's separator, and the last sentence's end of sentence, cou
         --path RUN_B/checkpoint_best.pt [--split valid] [--windows N] [--json OUT.json]
 
 The first ``--path`` is the baseline: each other's difference from it is printed beside it; each
-checkpoint is named by its folder (the run's)."""
+checkpoint is named by its folder (the run's).
+
+RFA estimates its kernel with random features; evaluation uses one fixed matrix of them, the
+first of the 16 its training drew from. ``--rfa-matrices`` reads an RFA checkpoint's windows with
+others instead: one index (``5``: that matrix alone, how much the evaluation's one draw matters),
+or several stacked (``0-15``: 16 times the random features, a closer estimate of the kernel the
+training's draws estimate on average), in its causal attention, its cross attention or both
+(``--rfa-attention``); a checkpoint without RFA reads as it is."""
 
 import argparse
 import math
@@ -23,7 +30,7 @@ import sys
 from typing import Dict, List, Optional, Sequence
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..data.io import DataError
 from ..provenance import write_json
@@ -66,6 +73,32 @@ def window_loss(model, dataset, separator: int, pad: int, windows: Optional[int]
             for place, (nll, tokens) in sorted(totals.items())}
 
 
+def bank_indices(spec: str) -> List[int]:
+    """``--rfa-matrices``: ``5``, ``0-15`` or ``0,3,7-9`` → the bank indices, in order."""
+    indices = []
+    for part in spec.split(","):
+        first, dash, last = part.strip().partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()) or (dash and int(last) < int(first)):
+            raise ValueError(f"{spec!r}: expected indices and ranges such as 5, 0-15 or 0,3,7-9")
+        indices += list(range(int(first), int(last or first) + 1))
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"{spec!r} names a matrix twice")
+    return indices
+
+
+def use_bank_matrices(model: nn.Module, indices: List[int], attention: str = "both") -> int:
+    """Make the model's RFA attentions of the kind ``attention`` (causal, cross or both) evaluate
+    with the bank's matrices ``indices``; returns how many attentions changed."""
+    from ..modules.random_feature_attention.layers import RandomFeatureCausalAttention, RandomFeatureCrossAttention
+
+    kinds = {"causal": (RandomFeatureCausalAttention,), "cross": (RandomFeatureCrossAttention,),
+             "both": (RandomFeatureCausalAttention, RandomFeatureCrossAttention)}[attention]
+    changed = [module for module in model.modules() if isinstance(module, kinds)]
+    for module in changed:
+        module.evaluate_with_bank(indices)
+    return len(changed)
+
+
 def format_table(results: Sequence[dict]) -> str:
     """A markdown table: a row per place, each checkpoint's bits a token, and each other's
     difference from the first's."""
@@ -92,25 +125,39 @@ def main(argv=None) -> List[dict]:
     parser.add_argument("--split", default="valid", help="the split whose windows are read (default valid)")
     parser.add_argument("--windows", type=int, help="only the first N windows (default: all)")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--rfa-matrices", metavar="INDICES",
+                        help="RFA checkpoints: read with these matrices of the random-feature bank in place of the "
+                             "evaluation matrix (bank index 0): 5 (one), 0-15 (all 16 stacked), 0,3,7-9")
+    parser.add_argument("--rfa-attention", choices=("causal", "cross", "both"), default="both",
+                        help="with --rfa-matrices: the RFA attentions that use them (default both)")
     args = parser.parse_args(argv)
     if args.windows is not None and args.windows < 1:
         parser.error("--windows must be at least 1")
+    try:
+        indices = None if args.rfa_matrices is None else bank_indices(args.rfa_matrices)
+    except ValueError as error:
+        parser.error(f"--rfa-matrices {error}")
     torch.set_grad_enabled(False)
     results = []
     for path in args.path:
         model, task, updates = load(path, args.data)
+        changed = use_bank_matrices(model, indices, args.rfa_attention) if indices is not None else 0
         task.load_dataset(args.split)
         by_place = window_loss(model, task.datasets[args.split], task.target_separator, task.target_dictionary.pad(),
                                args.windows)
         results.append({"name": os.path.basename(os.path.dirname(os.path.abspath(path))), "checkpoint": path,
-                        "updates": updates, "split": args.split, "by_place": by_place})
-        print(f"{path}: {updates} updates", file=sys.stderr)
+                        "updates": updates, "split": args.split, "by_place": by_place,
+                        "rfa_matrices": args.rfa_matrices if changed else None,
+                        "rfa_attention": args.rfa_attention if changed else None})
+        matrices = f", {changed} RFA attentions with the bank's matrices {args.rfa_matrices}" if changed else ""
+        print(f"{path}: {updates} updates{matrices}", file=sys.stderr)
     tokens = [{place: cell["tokens"] for place, cell in result["by_place"].items()} for result in results]
     if any(counted != tokens[0] for counted in tokens[1:]):
         raise DataError("the checkpoints read different windows (another dictionary or window size?): "
                         "their losses are not comparable place by place")
+    matrices = "" if indices is None else f" (RFA {args.rfa_attention} attention: bank matrices {args.rfa_matrices})"
     print(f"teacher-forced NLL of the reference (bits a token) by the place of its sentence in the window, "
-          f"{args.split} split:")
+          f"{args.split} split{matrices}:")
     print(format_table(results))
     if args.json:
         write_json({"results": results}, args.json)

@@ -11,7 +11,7 @@ kernel, which lies in [exp(-2/τ²), 1], so attention approximates ``softmax(q̂
 
 import math
 import random
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -61,6 +61,10 @@ class RandomMatrices(nn.Module):
     ``seed`` and ``eval_matrix`` are persistent buffers: a checkpoint restores them exactly,
     and loading a checkpoint whose seed differs rebuilds the bank from that seed. The bank
     itself is derived from the seed and not saved (it would be 16x the module's matrices).
+
+    For analysis, :meth:`evaluate_with` makes evaluation use other matrices of the bank (one, or
+    several stacked: more random features, a closer estimate of the same kernel) in place of
+    ``eval_matrix``, without touching what a checkpoint saves.
     """
 
     def __init__(self, num_heads: int, num_projections: int, head_dim: int, seed: int,
@@ -76,6 +80,7 @@ class RandomMatrices(nn.Module):
         self.num_updates = 0
         self.draws_in_update = 0
         self.holding, self.held = False, None  # see begin_forward
+        self.evaluation_override: Optional[Tensor] = None  # see evaluate_with
 
     def _build_bank(self, seed: int) -> Tensor:
         generator = torch.Generator().manual_seed(seed)
@@ -99,10 +104,31 @@ class RandomMatrices(nn.Module):
         rng = random.Random(f"{self._bank_seed}:{self.num_updates}:{self.draws_in_update}")
         return rng.randrange(self.bank_size)
 
+    @property
+    def evaluation_matrix(self) -> Tensor:
+        """The matrix evaluation and decoding use: ``eval_matrix``, unless :meth:`evaluate_with`
+        chose others."""
+        return self.eval_matrix if self.evaluation_override is None else self.evaluation_override
+
+    def evaluate_with(self, indices: Optional[Sequence[int]]) -> int:
+        """Evaluate with the bank's matrices ``indices`` stacked along the projections (one index:
+        that matrix alone; ``eval_matrix`` is the bank's first, index 0), or with ``eval_matrix``
+        again (None). Returns the number of projections evaluation now uses."""
+        if indices is None:
+            self.evaluation_override = None
+            return self.num_projections
+        indices = list(indices)
+        bad = [index for index in indices if not 0 <= index < self.bank_size]
+        if not indices or bad:
+            raise ValueError(f"bank indices {bad or indices}: expected one or more of 0 to {self.bank_size - 1}")
+        self.evaluation_override = torch.cat([self.bank[index] for index in indices], dim=1)
+        return self.evaluation_override.size(1)
+
     def forward(self) -> Tensor:
-        """[heads, num_projections, head_dim]"""
+        """[heads, num_projections, head_dim] (evaluation: the projections :meth:`evaluate_with`
+        chose, when it did)"""
         if not self.training:
-            return self.eval_matrix
+            return self.evaluation_matrix
         if self.holding and self.held is not None:
             return self.held
         index = self.draw_index()

@@ -157,8 +157,11 @@ def uses_fused_decoding(module: nn.Module, tensor: Optional[Tensor]) -> bool:
     and for a module with local softmax heads (:mod:`.local`) as for one without: their kernels
     come with the RFA heads'. Never for a causal attention whose state follows the delta rule
     (``state_update="delta"``, :mod:`.delta`: the kernels add to the state), which decodes eagerly
-    on every path, its local heads included."""
+    on every path, its local heads included, nor for a module evaluated with other matrices than
+    its own (:meth:`.layers._RandomFeatureAttentionBase.evaluate_with_bank`)."""
     if getattr(module, "state_update", "add") != "add":
+        return False
+    if module.random_matrices.evaluation_override is not None:  # the kernels take the configured features
         return False
     path = module.decoding_path
     if tensor is None or path == "eager" or (tensor.requires_grad and torch.is_grad_enabled()):

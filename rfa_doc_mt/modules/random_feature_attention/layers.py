@@ -3,7 +3,7 @@ form in ``forward`` and the incremental form with an ``incremental_state``."""
 
 import contextlib
 import math
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -165,10 +165,18 @@ class _RandomFeatureAttentionBase(HandOff, nn.Module):
         evaluation matrix and τ on a batch's first step and kept in the decoding buffer, since
         the parameters do not change while a batch decodes; shared by every row."""
         if buffer.get(DECODING_FEATURE_NAMES[0]) is None:
-            feature_map = DecodingFeatureMap.build(self.feature_map, self.random_matrices.eval_matrix, self.tau)
+            feature_map = DecodingFeatureMap.build(self.feature_map, self.random_matrices.evaluation_matrix, self.tau)
             buffer.update(zip(DECODING_FEATURE_NAMES, (feature_map.weight, feature_map.offset)))
             return feature_map
         return DecodingFeatureMap(self.feature_map, *(buffer[name] for name in DECODING_FEATURE_NAMES))
+
+    def evaluate_with_bank(self, indices: Optional[Sequence[int]]) -> None:
+        """For analysis: evaluate (and decode, on the eager path only) with the bank's matrices
+        ``indices`` stacked in place of the evaluation matrix, or with it again (None):
+        :meth:`.features.RandomMatrices.evaluate_with`."""
+        if self.feature_gate is not None and indices is not None:
+            raise ValueError("the per-feature gate is sized for the configured features: no other matrices")
+        self.features = feature_size(self.feature_map, self.random_matrices.evaluate_with(indices))
 
     def _require_sentence_starts(self, expected_shape) -> Tensor:
         return self.handed("sentence_starts", expected_shape, f"its gate {self.gate_variant!r}")
@@ -581,7 +589,7 @@ class RandomFeatureCrossAttention(_RandomFeatureAttentionBase):
         The state is built a few sources at a time: φ(K) of a whole batch can be many times its
         states (96 sources of 375 tokens: 590 MB against 102 MB), and each part drops the columns
         where all its sources are padding (weight 0: they add nothing to the sums)."""
-        random_matrix = self.random_matrices.eval_matrix
+        random_matrix = self.random_matrices.evaluation_matrix
         k, v, key_weight = self._rfa_source(*(source_heads or self._source_heads(key)), key, key_padding_mask,
                                             sentence_starts)
         batch, heads, source, _ = k.shape
