@@ -139,3 +139,9 @@ def test_local_cross_heads_read_the_source_sentence_of_the_token_each_query_pred
         # a softmax over at most 10 keys, the masked ones exactly 0: its sum is 1 within 10 fp32 roundings
         assert heads[:2] == pytest.approx([1.0, 1.0], abs=10 * 2 ** -24)
         assert all(share < 0.99 for share in heads[2:])
+
+
+def test_a_second_checkpoint_is_refused_not_ignored(capsys):
+    with pytest.raises(SystemExit):
+        attention.main(["--path", "first.pt", "--path", "second.pt", "--data", "data"])
+    assert "one --path a run, not 2" in capsys.readouterr().err

@@ -157,7 +157,8 @@ def main(argv=None) -> Dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--path", required=True, help="a checkpoint (checkpoint_best.pt)")
+    parser.add_argument("--path", required=True, action="append",
+                        help="a checkpoint (checkpoint_best.pt); one a run")
     parser.add_argument("--data", required=True, help="the prepared corpus it was trained on")
     parser.add_argument("--split", default="valid", help="the split whose windows are read (default valid)")
     parser.add_argument("--windows", type=int, default=200, help="how many windows (default 200)")
@@ -165,6 +166,9 @@ def main(argv=None) -> Dict:
     args = parser.parse_args(argv)
     if args.windows < 1:
         parser.error("--windows must be at least 1")
+    if len(args.path) > 1:  # not the last one read silently
+        parser.error(f"one --path a run, not {len(args.path)}: run it once for each checkpoint")
+    args.path = args.path[0]
     torch.set_grad_enabled(False)
     model, task, updates = load(args.path, args.data)
     task.load_dataset(args.split)
