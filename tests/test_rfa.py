@@ -1441,6 +1441,53 @@ def test_learned_tau_is_the_default_and_fixed_tau_is_an_option():
     assert all(layer.encoder_attn.norm_rescale for layer in rescaled.decoder.layers)
 
 
+def test_init_scale_initialises_the_projections_as_the_release():
+    """--rfa-init-scale 6: Xavier-uniform weights with gain 6^-½ (each of q, k, v its own E x E
+    matrix), cross attention's query and output normal with std 0.02·6^-½; 0 changes nothing."""
+    default, _ = tiny_model("sgate")
+    zero = tiny_model("sgate", extra=["--rfa-init-scale", "0"])[0].state_dict()
+    assert default.state_dict().keys() == zero.keys()
+    assert all(torch.equal(value, zero[name]) for name, value in default.state_dict().items())
+    scaled, _ = tiny_model("sgate", extra=["--rfa-init-scale", "6"])
+    embed = scaled.decoder.embed_dim
+    gain = 6 ** -0.5
+
+    def xavier_bound(fan_in, fan_out):
+        return gain * math.sqrt(6 / (fan_in + fan_out))
+
+    def uniform_to(weight, bound):
+        # of n draws of U(-b, b) all stay under (1 - 20/n)·b once in e^20
+        largest = weight.abs().max().item()
+        assert (1 - 20 / weight.numel()) * bound < largest <= bound, (largest, bound)
+
+    def normal_with(weight, std):
+        # n = 16k normal draws: sample std and mean within 0.6% and 0.008σ (one standard error)
+        assert weight.numel() >= 16384
+        assert abs(weight.std().item() / std - 1) < 0.06 and abs(weight.mean().item()) < 0.1 * std
+
+    square = xavier_bound(embed, embed)
+    for layer, default_layer in zip(scaled.decoder.layers, default.decoder.layers):
+        causal, cross = layer.self_attn, layer.encoder_attn
+        for part in causal.in_proj.weight.detach().chunk(3, dim=0):
+            uniform_to(part, square)
+        # the fused default spans 3E x E: a wider bound, which the release's q, k, v stay under
+        assert default_layer.self_attn.in_proj.weight.abs().max() > 1.1 * square
+        uniform_to(causal.out_proj.weight.detach(), square)
+        uniform_to(causal.gate_proj.weight.detach(), xavier_bound(embed, causal.rfa_heads))
+        assert torch.equal(causal.gate_proj.bias.detach(), default_layer.self_attn.gate_proj.bias.detach())
+        for part in cross.kv_proj.weight.detach().chunk(2, dim=0):
+            uniform_to(part, xavier_bound(cross.kdim, embed))
+        normal_with(cross.q_proj.weight.detach(), 0.02 * gain)
+        normal_with(cross.out_proj.weight.detach(), 0.02 * gain)
+        assert default_layer.encoder_attn.q_proj.weight.abs().max() > 0.1  # fairseq's: U(±0.153)
+        for attention in (causal, cross):
+            assert all(not bias.any() for name, bias in attention.named_parameters() if name.endswith("proj.bias")
+                       and "gate" not in name)
+            assert torch.equal(attention.tau.detach(), torch.ones(attention.rfa_heads))
+    with pytest.raises(ValueError, match="init-scale"):
+        tiny_model(extra=["--rfa-init-scale", "-1"])
+
+
 def test_a_checkpoint_trained_with_fixed_tau_still_loads_and_computes_what_it_did():
     """tests/fixtures/rfa_fixed_tau: a tiny RFA-sgate model trained (2 updates) by the version
     before learned τ became the default (commit 7cdb424), with the logits it computed then."""

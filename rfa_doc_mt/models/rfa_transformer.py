@@ -79,6 +79,7 @@ class RFAOptions:
     learned_tau: bool = True  # as the authors' release trains every model
     norm_rescale: bool = False
     tau_init: float = 1.0
+    init_scale: float = 0.0  # 0: fairseq's initialisation; S > 0: the release's --init-scale S
     attention: str = ",".join(RFA_ATTENTIONS)
     update: str = "add"
     causal_local_heads: int = 0
@@ -88,6 +89,9 @@ class RFAOptions:
     @classmethod
     def from_args(cls, args) -> "RFAOptions":
         values = {f.name: safe_getattr(args, f"rfa_{f.name}", f.default) for f in fields(cls) if f.name != "seed"}
+        if values["init_scale"] < 0:
+            raise ValueError(f"--rfa-init-scale {values['init_scale']}: expected 0 (fairseq's initialisation) or a "
+                             "positive scale")
         if values["gate_bias_init"] is None:
             values["gate_bias_init"] = DEFAULT_GATE_BIAS[values["gate"]]
         attentions = parse_rfa_attentions(values["attention"])  # fail early on a misspelled --rfa-attention
@@ -146,29 +150,56 @@ class RFADecoderLayer(TransformerDecoderLayerBase):
             return super().build_self_attention(embed_dim, cfg, add_bias_kv, add_zero_attn)
         if add_bias_kv or add_zero_attn or cfg.cross_self_attention:
             raise ValueError("RFA causal attention supports neither bias_kv, zero_attn nor cross_self_attention")
-        return _with_tau_init(RandomFeatureCausalAttention(
+        return _initialised(RandomFeatureCausalAttention(
             embed_dim, cfg.decoder.attention_heads, o.causal_proj_dim,
             seed=module_seed(o.seed, self.layer_index, "causal"), feature_map=o.feature_map,
             learned_tau=o.learned_tau, gate=o.gate, gate_bias_init=o.gate_bias_init, gate_rank=o.gate_rank,
             gate_temperature=o.gate_temperature, update=o.update,
-            local_heads=o.local_heads("causal", cfg.decoder.attention_heads)), o.tau_init)
+            local_heads=o.local_heads("causal", cfg.decoder.attention_heads)), o)
 
     def build_encoder_attention(self, embed_dim, cfg):
         o = self.options
         if "cross" not in o.attentions:  # softmax, for ablations
             return super().build_encoder_attention(embed_dim, cfg)
-        return _with_tau_init(RandomFeatureCrossAttention(
+        return _initialised(RandomFeatureCrossAttention(
             embed_dim, cfg.decoder.attention_heads, o.cross_proj_dim,
             seed=module_seed(o.seed, self.layer_index, "cross"), kdim=cfg.encoder.embed_dim,
             feature_map=o.feature_map, learned_tau=o.learned_tau, gate=o.gate,
             gate_bias_init=o.gate_bias_init, cross_gate=o.cross_gate, norm_rescale=o.norm_rescale,
-            local_heads=o.local_heads("cross", cfg.decoder.attention_heads)), o.tau_init)
+            local_heads=o.local_heads("cross", cfg.decoder.attention_heads)), o)
 
 
-def _with_tau_init(module, tau_init: float):
+def _initialised(module, options: RFAOptions):
+    """The module with τ set to ``--rfa-tau-init`` and, with ``--rfa-init-scale``, its
+    projections initialised as the release does (:func:`release_init`)."""
     if module.tau is not None:
-        nn.init.constant_(module.tau, tau_init)
+        nn.init.constant_(module.tau, options.tau_init)
+    if options.init_scale:
+        release_init(module, options.init_scale)
     return module
+
+
+def release_init(module, scale: float) -> None:
+    """Initialise an RFA module's projections as the authors' release does with ``--init-scale
+    scale`` (``models/causal_attention.py``, ``models/cross_attention.py``): in causal attention
+    q, k, v, the output and the gate Xavier-uniform with gain scale^-½, each of q, k, v as its own
+    square matrix; in cross attention k and v the same, q and the output normal with standard
+    deviation 0.02·scale^-½ (at scale 6: 0.0082, an output near zero at the start). Biases stay
+    zero (the release leaves q, k and v's at PyTorch's default), the gate's bias keeps its
+    ``--rfa-gate-bias-init``; what the release lacks (the cross gate, the delta rule's β, the
+    feature gate) keeps ours."""
+    gain = scale ** -0.5
+    if isinstance(module, RandomFeatureCausalAttention):
+        for part in module.in_proj.weight.data.chunk(3, dim=0):  # q, k, v
+            nn.init.xavier_uniform_(part, gain=gain)
+        nn.init.xavier_uniform_(module.out_proj.weight, gain=gain)
+        if module.gate_proj is not None:
+            nn.init.xavier_uniform_(module.gate_proj.weight, gain=gain)
+    else:
+        for part in module.kv_proj.weight.data.chunk(2, dim=0):  # k, v
+            nn.init.xavier_uniform_(part, gain=gain)
+        nn.init.normal_(module.q_proj.weight, std=0.02 * gain)
+        nn.init.normal_(module.out_proj.weight, std=0.02 * gain)
 
 
 class RFATransformerEncoder(TransformerEncoder):
@@ -328,6 +359,10 @@ class RFADocTransformerModel(DocTransformerModel):
                                  "sentence of the same index as the current target sentence (the last "
                                  "one when the target has more), the others RFA over the whole source "
                                  "(Arora et al. 2024, Zhang et al. 2020; default 0)")
+        parser.add_argument("--rfa-init-scale", type=float, metavar="S",
+                            help="initialise RFA's projections as the release's --init-scale S (it trains with "
+                                 "6): Xavier gain S^-½, cross attention's query and output normal with standard "
+                                 "deviation 0.02·S^-½; default 0, fairseq's initialisation")
         parser.add_argument("--rfa-norm-rescale", action="store_true",
                             help="cross attention: weight each key by exp(½ (|k|·d^-½ / τ)²), which the "
                                  "normalised feature map loses (the release's --norm-rescale)")
