@@ -33,6 +33,15 @@ def test_document_bleu_joins_each_documents_sentences():
     assert scores["d_bleu"].score != pytest.approx(scores["s_bleu"].score)
 
 
+def test_bleu_reports_the_translations_length_against_the_references():
+    # the first hypothesis runs on: 6 + 6 more words, against 6, 3, 4, 4 and 2 reference words
+    longer = [HYPOTHESES[0] + " and then the cat sat again"] + HYPOTHESES[1:]
+    scores = bleu.sentence_and_document_bleu(longer, REFERENCES, DOCUMENTS)
+    assert scores["s_bleu"].length_ratio == pytest.approx((12 + 3 + 3 + 5 + 2) / (6 + 3 + 4 + 4 + 2))
+    assert scores["d_bleu"].length_ratio == pytest.approx(scores["s_bleu"].length_ratio)
+    assert str(scores["s_bleu"]).endswith("), length ratio 1.316")
+
+
 def test_bleu_cli_checks_line_counts(tmp_path, capsys):
     (tmp_path / "h").write_text("\n".join(HYPOTHESES) + "\n")
     (tmp_path / "r").write_text("\n".join(REFERENCES[:4]) + "\n")

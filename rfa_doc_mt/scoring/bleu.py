@@ -3,7 +3,10 @@
 * s-BLEU: corpus BLEU over sentences (the current sentence of every window).
 * d-BLEU: corpus BLEU over documents, each document's sentences joined by a space.
 
-Both come with sacrebleu's signature so that a score is never separated from its settings.
+Both come with sacrebleu's signature so that a score is never separated from its settings, and
+with the length of the translations against the references' (sacrebleu's token counts, the
+ratio its brevity penalty reads): a model that runs on past the end of its sentences scores low
+on BLEU however well it predicts the reference, and the ratio says so.
 """
 
 import argparse
@@ -28,9 +31,10 @@ from ..data.io import (
 class BleuScore:
     score: float
     signature: str
+    length_ratio: float  # the translations' tokens over the references' (sacrebleu's tokenization)
 
     def __str__(self) -> str:
-        return f"{self.score:.2f} ({self.signature})"
+        return f"{self.score:.2f} ({self.signature}), length ratio {self.length_ratio:.3f}"
 
 
 def join_documents(sentences: Sequence[str], documents: Sequence[Document]) -> List[str]:
@@ -45,7 +49,8 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], tokenize: 
         raise DataError(f"{len(hypotheses)} hypotheses but {len(references)} references")
     metric = BLEU(tokenize=tokenize)
     result = metric.corpus_score(list(hypotheses), [list(references)])
-    return BleuScore(result.score, str(metric.get_signature()))
+    ratio = result.sys_len / result.ref_len if result.ref_len else float("nan")
+    return BleuScore(result.score, str(metric.get_signature()), ratio)
 
 
 def sentence_and_document_bleu(hypotheses: Sequence[str], references: Sequence[str],
